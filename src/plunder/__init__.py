@@ -1,0 +1,57 @@
+"""plunder: a job queue built on work stealing over a transactional database."""
+
+from plunder.errors import (
+    ConfigError,
+    InvalidName,
+    InvalidTransition,
+    JobFailed,
+    JobNotFound,
+    PayloadError,
+    PlunderError,
+    SchemaError,
+    SessionGone,
+    StaleClaim,
+    StaleLease,
+    StoreBusy,
+    StoreError,
+    StoreFull,
+    StoreUnavailable,
+    UnknownTask,
+)
+from plunder.model import Claim, ErrorInfo, JobRecord, JobSpec, Lease, QueueStats, Run, Session
+from plunder.states import Outcome, Status
+from plunder.store import Store, open_store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Claim",
+    "ConfigError",
+    "ErrorInfo",
+    "InvalidName",
+    "InvalidTransition",
+    "JobFailed",
+    "JobNotFound",
+    "JobRecord",
+    "JobSpec",
+    "Lease",
+    "Outcome",
+    "PayloadError",
+    "PlunderError",
+    "QueueStats",
+    "Run",
+    "SchemaError",
+    "Session",
+    "SessionGone",
+    "StaleClaim",
+    "StaleLease",
+    "Status",
+    "Store",
+    "StoreBusy",
+    "StoreError",
+    "StoreFull",
+    "StoreUnavailable",
+    "UnknownTask",
+    "__version__",
+    "open_store",
+]

@@ -1,0 +1,245 @@
+"""Frozen records that cross the store seam: what goes in (specs, claims, outcomes) and
+what comes out (jobs, runs, sessions, leases, stats)."""
+
+from __future__ import annotations
+
+import traceback as traceback_module
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from plunder.states import Outcome, Status
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """What a failed run records: the exception's type, message and traceback."""
+
+    type: str
+    message: str
+    traceback: str = ""
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ErrorInfo:
+        kind = type(exc)
+        name = kind.__qualname__ if kind.__module__ == "builtins" else (
+            f"{kind.__module__}.{kind.__qualname__}"
+        )
+        text = "".join(traceback_module.format_exception(exc))
+        return cls(type=name, message=str(exc), traceback=text)
+
+    def as_dict(self) -> dict[str, str]:
+        return {"type": self.type, "message": self.message, "traceback": self.traceback}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ErrorInfo:
+        return cls(type=str(data.get("type", "")), message=str(data.get("message", "")),
+                   traceback=str(data.get("traceback", "")))
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job to enqueue. ``delay`` is seconds after the database's ``now``."""
+
+    task: str
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    queue: str = "default"
+    priority: int = 0
+    delay: float = 0.0
+    max_attempts: int = 1
+    timeout: float | None = None
+    backoff_base: float = 1.0
+    backoff_cap: float = 300.0
+    retry_on_timeout: bool = True
+    key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The fencing token: a worker's write about a job counts only while this is current."""
+
+    job_id: int
+    attempt: int
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A successful run. ``effects`` runs inside the acknowledging transaction with the
+    driver's connection; its writes commit together with the acknowledgement or not at all."""
+
+    claim: Claim
+    result: Any = None
+    logs: tuple[str, ...] = ()
+    effects: Callable[[Any], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A failed run. ``retry_delay`` is None when the job must not be retried; otherwise it
+    is retried after that many seconds of database time if attempts remain."""
+
+    claim: Claim
+    error: ErrorInfo
+    retry_delay: float | None = 0.0
+    logs: tuple[str, ...] = ()
+    outcome: Outcome = Outcome.FAILED
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """One chunk or progress report written by a running attempt."""
+
+    job_id: int
+    attempt: int
+    seq: int
+    kind: str  # "chunk" | "progress"
+    data: Any
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    id: int
+    queue: str
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    priority: int
+    status: Status
+    attempt: int
+    max_attempts: int
+    timeout: float | None
+    backoff_base: float
+    backoff_cap: float
+    retry_on_timeout: bool
+    key: str | None
+    run_at: datetime
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    deadline_at: datetime | None
+    session_id: str | None
+    result: Any
+    error: dict[str, Any] | None
+    failed_sessions: tuple[str, ...]
+
+    @property
+    def claim(self) -> Claim:
+        """The current claim; only meaningful while the job is running."""
+        if self.session_id is None:
+            raise ValueError(f"job {self.id} is not claimed")
+        return Claim(self.id, self.attempt, self.session_id)
+
+    @property
+    def attempts_left(self) -> int:
+        return max(0, self.max_attempts - self.attempt)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One attempt at a job."""
+
+    job_id: int
+    attempt: int
+    session_id: str
+    worker: str
+    host: str
+    pid: int
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: Outcome | None
+    error: dict[str, Any] | None
+    logs: tuple[str, ...]
+
+    @property
+    def duration(self) -> float | None:
+        if self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    id: str
+    name: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    expiry: float
+    started_at: datetime
+    heartbeat_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The store's answer to a session heartbeat.
+
+    ``alive`` is False when the session had already expired or been closed: the worker must
+    stop everything it runs. ``stop`` names the claims the worker reported that are no longer
+    current (cancelled, timed out, re-claimed): their tasks should be stopped.
+    """
+
+    alive: bool
+    expires_at: datetime | None
+    stop: tuple[Claim, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A named lease; ``term`` grows at every change of holder and fences the holder's writes."""
+
+    name: str
+    holder: str
+    term: int
+    acquired_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue: str
+    counts: dict[str, int]
+    oldest_pending_age: float | None  # seconds, by the database clock
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of a job listing; pass ``next_after`` back to get the next page."""
+
+    jobs: tuple[JobRecord, ...]
+    next_after: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class AckResult:
+    """What a batch acknowledgement did.
+
+    ``accepted``: claims whose write committed. ``stale``: claims the fence refused (nothing
+    of theirs was written). ``effect_errors``: completions whose ``effects`` raised; their
+    transaction rolled back, so those jobs are still running and the caller should fail them.
+    """
+
+    accepted: tuple[Claim, ...]
+    stale: tuple[Claim, ...]
+    effect_errors: tuple[tuple[Claim, BaseException], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """What one janitor pass changed."""
+
+    retried: tuple[int, ...] = ()
+    finished: tuple[int, ...] = ()
+    sessions: tuple[str, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.retried) + len(self.finished) + len(self.sessions)

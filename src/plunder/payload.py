@@ -1,0 +1,94 @@
+"""The JSON codec for job arguments, results and stream data, and the validation of names.
+
+plunder never pickles. Payloads are JSON text, identical on every backend, so what a job
+stores is exactly what it reads back (key order and non-ASCII text included). A payload that
+cannot round-trip — NaN or Infinity, a lone surrogate, a non-JSON type, text over the size
+limit — is refused with :class:`~plunder.errors.PayloadError` before anything is written.
+NUL characters are legal JSON and are kept (they are stored escaped as ``\\u0000``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from plunder import errors
+
+MAX_PAYLOAD_BYTES = 1024 * 1024  # per argument list, result or stream chunk
+MAX_NESTING = 200
+
+_QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}")
+_TASK = re.compile(r"[A-Za-z_][A-Za-z0-9_.:\-]{0,199}")
+MAX_KEY_CHARS = 256
+
+_encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def encode(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> str:
+    """Encode ``value`` as compact JSON text, or raise PayloadError naming ``what``."""
+    try:
+        text = _encoder.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise errors.PayloadError(f"{what} is not JSON-serializable: {exc}") from exc
+    except RecursionError as exc:
+        raise errors.PayloadError(f"{what} is nested too deeply") from exc
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise errors.PayloadError(f"{what} contains text that is not valid Unicode: {exc}") from exc
+    if size > limit:
+        raise errors.PayloadError(f"{what} is {size} bytes of JSON; the limit is {limit}")
+    return text
+
+
+def decode(text: str | None) -> Any:
+    """Decode stored JSON text (None stays None)."""
+    if text is None:
+        return None
+    return json.loads(text)
+
+
+def parse(text: str, *, what: str = "JSON") -> Any:
+    """Parse JSON written by a person (the command line, an HTTP body), strictly."""
+
+    def reject_constant(name: str) -> Any:
+        raise errors.PayloadError(f"{what}: {name} is not allowed")
+
+    try:
+        return json.loads(text, parse_constant=reject_constant)
+    except errors.PayloadError:
+        raise
+    except RecursionError as exc:
+        raise errors.PayloadError(f"{what} is nested too deeply") from exc
+    except ValueError as exc:
+        raise errors.PayloadError(f"{what} is not valid JSON: {exc}") from exc
+
+
+def check_queue(name: object) -> str:
+    if not isinstance(name, str) or not _QUEUE.fullmatch(name):
+        raise errors.InvalidName(
+            f"invalid queue name {name!r}: use 1-128 characters from A-Z a-z 0-9 _ . : -,"
+            " starting with a letter or digit"
+        )
+    return name
+
+
+def check_task(name: object) -> str:
+    if not isinstance(name, str) or not _TASK.fullmatch(name):
+        raise errors.InvalidName(
+            f"invalid task name {name!r}: use 1-200 characters from A-Z a-z 0-9 _ . : -,"
+            " starting with a letter or underscore"
+        )
+    return name
+
+
+def check_key(key: object) -> str | None:
+    if key is None:
+        return None
+    if (not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS
+            or not key.isprintable()):
+        raise errors.InvalidName(
+            f"invalid idempotency key {key!r}: use 1-{MAX_KEY_CHARS} printable characters"
+        )
+    return key

@@ -1,0 +1,70 @@
+"""Job states, run outcomes and the table of allowed transitions: the whole machine.
+
+```
+            claim                 complete (fenced)
+ pending ───────────▶ running ───────────────────▶ succeeded
+   ▲  ▲                 │ │ │
+   │  └── fail / lost / timeout, attempts left ──┘ │ │
+   │                    │ └─ fail, no attempts left ─▶ failed
+   │                    └─── lost / timeout, none left ▶ timed_out
+   └── retry from failed / timed_out / cancelled
+ pending or running ── cancel ──▶ cancelled
+```
+
+Every transition in the store is a guarded update whose ``WHERE`` clause names the source
+state (and, for a worker's write, the claim); this table is what those guards encode, and a
+test checks the SQL against it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+
+class Outcome(StrEnum):
+    """How one run (one attempt) ended."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    LOST = "lost"  # its session died
+    CANCELLED = "cancelled"
+    STALE = "stale"  # its completion arrived after the claim had moved on
+    RELEASED = "released"  # graceful shutdown gave it back unstarted or unfinished
+
+
+TERMINAL: frozenset[Status] = frozenset(
+    {Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT, Status.CANCELLED}
+)
+ACTIVE: frozenset[Status] = frozenset({Status.PENDING, Status.RUNNING})
+
+TRANSITIONS: dict[str, tuple[frozenset[Status], Status | None]] = {
+    # operation: (states it may start from, state it ends in; None = depends on attempts left)
+    "claim": (frozenset({Status.PENDING}), Status.RUNNING),
+    "complete": (frozenset({Status.RUNNING}), Status.SUCCEEDED),
+    "fail": (frozenset({Status.RUNNING}), None),  # pending (retry) or failed
+    "lose": (frozenset({Status.RUNNING}), None),  # pending or timed_out
+    "time_out": (frozenset({Status.RUNNING}), None),  # pending or timed_out
+    "release": (frozenset({Status.RUNNING}), Status.PENDING),
+    "cancel": (frozenset({Status.PENDING, Status.RUNNING}), Status.CANCELLED),
+    "retry": (frozenset({Status.FAILED, Status.TIMED_OUT, Status.CANCELLED}), Status.PENDING),
+}
+
+
+def allowed(operation: str, status: Status | str) -> bool:
+    """Whether ``operation`` may start from ``status``."""
+    sources, _ = TRANSITIONS[operation]
+    return Status(status) in sources
+
+
+def is_terminal(status: Status | str) -> bool:
+    return Status(status) in TERMINAL

@@ -1,0 +1,150 @@
+"""The store seam: every state change plunder makes is one of these transactional
+operations. Workers, the janitor, the app and the gateway see only this interface.
+
+Conventions every implementation keeps (the contract suite in ``tests/store`` checks them):
+
+* each operation is one transaction, retried as a whole when the database is busy
+  (SQLite BUSY/LOCKED, PostgreSQL 40001/40P01, a lost connection) with the fixed-interval
+  busy backoff of :mod:`plunder.policy`, up to a bounded total, then :class:`StoreBusy`;
+* ``now=None`` means the database's clock; tests pass an aware ``datetime`` instead;
+* a worker's write names its claim ``(job_id, attempt, session_id)`` and takes effect only
+  while that claim is current and its session alive; a batch reports refused claims in
+  :attr:`AckResult.stale`, and single-claim helpers raise :class:`StaleClaim`;
+* a janitor's write names its lease and term and raises :class:`StaleLease` under a stale
+  one, changing nothing;
+* names are noun first; batches end in ``_many``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from plunder.model import (
+    AckResult,
+    Claim,
+    Completion,
+    Failure,
+    Heartbeat,
+    JobPage,
+    JobRecord,
+    JobSpec,
+    Lease,
+    QueueStats,
+    Run,
+    Session,
+    StreamEvent,
+    SweepResult,
+)
+
+Now = datetime | None
+
+
+class Store(Protocol):
+    dialect: str
+    """``"sqlite"`` or ``"postgres"``."""
+    url: str
+    """The URL the store was opened with, password removed."""
+
+    # -- schema --------------------------------------------------------------------------
+    def migrate(self) -> int:
+        """Apply pending migrations in order; return the schema version. Safe to race."""
+        ...
+
+    def schema_check(self) -> int:
+        """Return the schema version; raise SchemaError if it is missing, older than this
+        code expects (run ``plunder init``) or newer (upgrade plunder)."""
+        ...
+
+    def close(self) -> None: ...
+
+    def now(self) -> datetime:
+        """The database clock."""
+        ...
+
+    # -- producers -----------------------------------------------------------------------
+    def job_enqueue_many(self, specs: Sequence[JobSpec], *, conn: Any = None,
+                         now: Now = None) -> list[JobRecord]:
+        """Insert jobs in one transaction and return them in input order.
+
+        A spec whose ``key`` names a pending or running job inserts nothing and returns that
+        job. With ``conn`` (the caller's open sqlite3 or psycopg connection) the rows join
+        the caller's transaction: nothing is committed here, and nothing is retried.
+        """
+        ...
+
+    def job_get(self, job_id: int) -> JobRecord:
+        """Raise JobNotFound when there is no such job."""
+        ...
+
+    def job_cancel(self, job_id: int, *, now: Now = None) -> JobRecord:
+        """pending or running -> cancelled (a running attempt's later writes are refused);
+        InvalidTransition from any other state."""
+        ...
+
+    def job_retry(self, job_id: int, *, now: Now = None) -> JobRecord:
+        """failed, timed_out or cancelled -> pending, with one more attempt allowed."""
+        ...
+
+    # -- workers -------------------------------------------------------------------------
+    def session_open(self, *, name: str, host: str, pid: int, queues: Sequence[str],
+                     expiry: float, now: Now = None) -> Session: ...
+
+    def session_heartbeat(self, session_id: str, running: Sequence[Claim] = (), *,
+                          now: Now = None) -> Heartbeat: ...
+
+    def session_close(self, session_id: str, *, now: Now = None) -> list[int]:
+        """Delete the session and release its running jobs at once; return their ids."""
+        ...
+
+    def job_claim_many(self, session_id: str, *, queues: Sequence[str], tasks: Sequence[str],
+                       limit: int, now: Now = None) -> list[JobRecord]:
+        """Claim up to ``limit`` pending jobs (priority desc, run_at, id) whose task is in
+        ``tasks``; SessionGone if the session is dead."""
+        ...
+
+    def job_complete_many(self, completions: Sequence[Completion], *,
+                          now: Now = None) -> AckResult: ...
+
+    def job_fail_many(self, failures: Sequence[Failure], *, now: Now = None) -> AckResult: ...
+
+    def job_release_many(self, claims: Sequence[Claim], *, now: Now = None) -> AckResult: ...
+
+    def stream_append(self, claim: Claim, events: Sequence[tuple[str, Any]], *,
+                      now: Now = None) -> list[int]:
+        """Append ``(kind, data)`` events for a running attempt; StaleClaim if not current."""
+        ...
+
+    # -- janitor -------------------------------------------------------------------------
+    def lease_acquire(self, name: str, holder: str, ttl: float, *,
+                      now: Now = None) -> Lease | None: ...
+
+    def lease_renew(self, lease: Lease, ttl: float, *, now: Now = None) -> Lease: ...
+
+    def lease_release(self, lease: Lease, *, now: Now = None) -> bool: ...
+
+    def lease_get(self, name: str) -> Lease | None: ...
+
+    def session_reap_many(self, lease: Lease, *, limit: int = 100,
+                          now: Now = None) -> SweepResult: ...
+
+    def job_timeout_many(self, lease: Lease, *, limit: int = 500,
+                         now: Now = None) -> SweepResult: ...
+
+    def job_prune_many(self, lease: Lease, *, older_than: float, limit: int = 1000,
+                       now: Now = None) -> int: ...
+
+    # -- reads for people ----------------------------------------------------------------
+    def job_list(self, *, queue: str | None = None, status: str | None = None,
+                 task: str | None = None, after: int | None = None,
+                 limit: int = 50) -> JobPage: ...
+
+    def job_runs(self, job_id: int) -> list[Run]: ...
+
+    def stream_read(self, job_id: int, *, after: int = 0,
+                    limit: int = 1000) -> list[StreamEvent]: ...
+
+    def session_list(self, *, now: Now = None) -> list[Session]: ...
+
+    def queue_stats(self, *, now: Now = None) -> list[QueueStats]: ...

@@ -1,0 +1,73 @@
+"""Load a dialect's named-query file: ``-- name: NAME`` starts a query; comment lines that
+follow it are its documentation; everything up to the next name is its SQL."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+
+_NAME = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+
+
+def parse(text: str) -> dict[str, str]:
+    """Map each query name to its SQL (comments kept, trailing semicolon removed)."""
+    parts = _NAME.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in queries:
+            raise ValueError(f"query {name!r} is defined twice")
+        sql = body.strip().rstrip(";").strip()
+        if not sql:
+            raise ValueError(f"query {name!r} is empty")
+        queries[name] = sql
+    return queries
+
+
+@cache
+def load(dialect: str) -> dict[str, str]:
+    text = resources.files("plunder.store").joinpath("sql", dialect, "queries.sql").read_text(
+        encoding="utf-8"
+    )
+    return parse(text)
+
+
+def schema(dialect: str) -> str:
+    """The fresh schema: what applying every migration in order produces."""
+    path = resources.files("plunder.store").joinpath("sql", dialect, "schema.sql")
+    return path.read_text(encoding="utf-8")
+
+
+def migrations(dialect: str) -> list[tuple[int, str, str]]:
+    """Every migration as (version, file name, SQL), in version order."""
+    folder = resources.files("plunder.store").joinpath("sql", dialect, "migrations")
+    found: list[tuple[int, str, str]] = []
+    for entry in folder.iterdir():
+        match = re.fullmatch(r"(\d{4})_[a-z0-9_]+\.sql", entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+    found.sort()
+    versions = [version for version, _, _ in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise ValueError(f"{dialect} migrations are not numbered 1..n: {versions}")
+    return found
+
+
+def statements(script: str) -> list[str]:
+    """Split a DDL script into statements: each ends with ';' at the end of a line.
+
+    Migrations hold plain DDL (no function bodies, no triggers), so this is enough; a
+    statement that needs an inner ';' at a line end would have to be written differently.
+    """
+    lines = [line for line in script.splitlines() if not line.lstrip().startswith("--")]
+    out: list[str] = []
+    current: list[str] = []
+    for line in lines:
+        current.append(line)
+        if line.rstrip().endswith(";"):
+            out.append("\n".join(current).strip().rstrip(";"))
+            current = []
+    rest = "\n".join(current).strip()
+    if rest:
+        out.append(rest)
+    return [stmt for stmt in out if stmt]

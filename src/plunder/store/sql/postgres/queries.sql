@@ -1,0 +1,398 @@
+-- plunder's runtime SQL for PostgreSQL. Every name here also exists in ../sqlite/queries.sql,
+-- with the same parameters and the same result columns.
+--
+-- %(now)s is NULL in production and a timestamp in tests; NULL means the database clock.
+-- statement_timestamp(), not now(): now() is frozen at transaction start.
+-- Batch queries (marked "batch") receive each row parameter as an array and process every
+-- row in one statement through unnest(); scalar parameters such as now stay scalar.
+
+-- name: clock_now
+SELECT statement_timestamp() AS now;
+
+-- name: schema_table_exists
+SELECT count(*) AS n FROM pg_catalog.pg_tables
+WHERE schemaname = current_schema() AND tablename = 'plunder_schema';
+
+-- name: schema_table_create
+CREATE TABLE IF NOT EXISTS plunder_schema (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    version INTEGER NOT NULL
+);
+
+-- name: schema_row_init
+INSERT INTO plunder_schema (id, version) VALUES (1, 0) ON CONFLICT DO NOTHING;
+
+-- name: schema_version_get
+SELECT version FROM plunder_schema WHERE id = 1;
+
+-- name: schema_version_lock
+-- Concurrent migrators queue up here; each sees the version the previous one left.
+SELECT version FROM plunder_schema WHERE id = 1 FOR UPDATE;
+
+-- name: schema_version_set
+UPDATE plunder_schema SET version = %(version)s WHERE id = 1;
+
+-- name: job_insert
+-- batch. A key that names an active job inserts nothing; the store then reads that job.
+-- ORDER BY ord makes ids follow the input order, which the store relies on to match rows.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+INSERT INTO plunder_jobs (
+    queue, task, args, kwargs, priority, max_attempts, timeout,
+    backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at
+)
+SELECT u.queue, u.task, u.args, u.kwargs, u.priority, u.max_attempts, u.timeout,
+       u.backoff_base, u.backoff_cap, u.retry_on_timeout, u.key,
+       clock.now + u.delay * interval '1 second', clock.now
+FROM unnest(
+    %(queue)s::text[], %(task)s::text[], %(args)s::text[], %(kwargs)s::text[],
+    %(priority)s::int[], %(max_attempts)s::int[], %(timeout)s::float8[],
+    %(backoff_base)s::float8[], %(backoff_cap)s::float8[], %(retry_on_timeout)s::bool[],
+    %(key)s::text[], %(delay)s::float8[]
+) WITH ORDINALITY AS u(queue, task, args, kwargs, priority, max_attempts, timeout,
+                       backoff_base, backoff_cap, retry_on_timeout, key, delay, ord),
+     clock
+ORDER BY u.ord
+ON CONFLICT (key) WHERE status IN ('pending', 'running') DO NOTHING
+RETURNING *;
+
+-- name: job_get_active_by_keys
+SELECT * FROM plunder_jobs
+WHERE key = ANY(%(keys)s::text[]) AND status IN ('pending', 'running');
+
+-- name: job_get
+SELECT * FROM plunder_jobs WHERE id = %(job_id)s;
+
+-- name: job_claim_many
+-- Claim up to %(limit)s pending jobs, best first, for a live session; rows another claimer
+-- holds are skipped, not waited for. A job that this session already failed is left to
+-- other live sessions serving its queue, while there are any.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
+picked AS (
+    SELECT j.id FROM plunder_jobs AS j, clock
+    WHERE j.status = 'pending'
+      AND j.queue = ANY(%(queues)s::text[])
+      AND j.task = ANY(%(tasks)s::text[])
+      AND j.run_at <= clock.now
+      AND EXISTS (SELECT 1 FROM plunder_sessions
+                  WHERE id = %(session_id)s AND expires_at > clock.now)
+      AND NOT (
+          cardinality(j.failed_sessions) > 0
+          AND %(session_id)s = ANY(j.failed_sessions)
+          AND EXISTS (
+              SELECT 1 FROM plunder_sessions AS s
+              WHERE s.expires_at > clock.now AND j.queue = ANY(s.queues)
+                AND NOT (s.id = ANY(j.failed_sessions))))
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE plunder_jobs AS j
+SET status = 'running',
+    attempt = j.attempt + 1,
+    session_id = %(session_id)s,
+    started_at = clock.now,
+    finished_at = NULL,
+    deadline_at = clock.now + j.timeout * interval '1 second'
+FROM picked, clock
+WHERE j.id = picked.id
+RETURNING j.*;
+
+-- name: run_open
+-- batch. One history row per claimed attempt.
+INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at)
+SELECT j.id, j.attempt, s.id, s.name, s.host, s.pid, j.started_at
+FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[])
+         AS u(job_id, attempt, session_id)
+JOIN plunder_jobs AS j ON j.id = u.job_id AND j.attempt = u.attempt
+JOIN plunder_sessions AS s ON s.id = u.session_id;
+
+-- name: run_finish
+-- batch. Closes a run that is still open; a run already closed keeps its first outcome.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+UPDATE plunder_runs AS r
+SET finished_at = clock.now, outcome = u.outcome, error = u.error, logs = u.logs
+FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(outcome)s::text[], %(error)s::text[],
+            %(logs)s::text[]) AS u(job_id, attempt, outcome, error, logs),
+     clock
+WHERE r.job_id = u.job_id AND r.attempt = u.attempt AND r.outcome IS NULL;
+
+-- name: run_mark_stale
+-- batch. A completion or failure refused by the fence is recorded on its run.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+UPDATE plunder_runs AS r
+SET finished_at = clock.now, outcome = 'stale', logs = u.logs
+FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[], %(logs)s::text[])
+         AS u(job_id, attempt, session_id, logs),
+     clock
+WHERE r.job_id = u.job_id AND r.attempt = u.attempt AND r.session_id = u.session_id
+  AND r.outcome IS NULL;
+
+-- name: session_alive
+SELECT id FROM plunder_sessions
+WHERE id = %(session_id)s
+  AND expires_at > COALESCE(%(now)s::timestamptz, statement_timestamp());
+
+-- name: job_complete
+-- batch. Fenced: only the current claim of a running job, under a live session. A reaper
+-- updating the same row first makes this one re-check its WHERE clause and match nothing.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+UPDATE plunder_jobs AS j
+SET status = 'succeeded', result = u.result, finished_at = clock.now, deadline_at = NULL
+FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[],
+            %(result)s::text[]) AS u(job_id, attempt, session_id, result),
+     clock
+WHERE j.id = u.job_id AND j.attempt = u.attempt AND j.session_id = u.session_id
+  AND j.status = 'running'
+  AND EXISTS (SELECT 1 FROM plunder_sessions AS s
+              WHERE s.id = u.session_id AND s.expires_at > clock.now)
+RETURNING j.id, j.attempt, j.session_id, j.status;
+
+-- name: job_fail
+-- batch. Fenced like job_complete. Retried (back to pending after delay seconds) when
+-- retry is true and attempts remain; otherwise the job ends in final_status.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+UPDATE plunder_jobs AS j
+SET status = CASE WHEN u.retry AND j.attempt < j.max_attempts THEN 'pending'
+                  ELSE u.final_status END,
+    run_at = CASE WHEN u.retry AND j.attempt < j.max_attempts
+                  THEN clock.now + u.delay * interval '1 second' ELSE j.run_at END,
+    finished_at = CASE WHEN u.retry AND j.attempt < j.max_attempts THEN NULL ELSE clock.now END,
+    session_id = CASE WHEN u.retry AND j.attempt < j.max_attempts THEN NULL
+                      ELSE j.session_id END,
+    error = u.error,
+    deadline_at = NULL,
+    failed_sessions = array_append(j.failed_sessions, u.session_id)
+FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[],
+            %(error)s::text[], %(retry)s::bool[], %(delay)s::float8[],
+            %(final_status)s::text[])
+         AS u(job_id, attempt, session_id, error, retry, delay, final_status),
+     clock
+WHERE j.id = u.job_id AND j.attempt = u.attempt AND j.session_id = u.session_id
+  AND j.status = 'running'
+  AND EXISTS (SELECT 1 FROM plunder_sessions AS s
+              WHERE s.id = u.session_id AND s.expires_at > clock.now)
+RETURNING j.id, j.attempt, u.session_id AS session_id, j.status;
+
+-- name: job_release
+-- batch. Graceful shutdown gives a running job back: pending at once, and the attempt it
+-- used is not counted against max_attempts.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+UPDATE plunder_jobs AS j
+SET status = 'pending', run_at = clock.now, session_id = NULL, started_at = NULL,
+    deadline_at = NULL, max_attempts = j.max_attempts + 1
+FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[])
+         AS u(job_id, attempt, session_id),
+     clock
+WHERE j.id = u.job_id AND j.attempt = u.attempt AND j.session_id = u.session_id
+  AND j.status = 'running'
+RETURNING j.id, j.attempt, u.session_id AS session_id, j.status;
+
+-- name: job_claim_state
+SELECT id, attempt, session_id, status FROM plunder_jobs
+WHERE id = ANY(%(job_ids)s::bigint[]);
+
+-- name: job_check_claim
+-- The fence for writes that are not state changes (stream events). FOR SHARE holds off a
+-- concurrent reaper or cancel until this transaction ends.
+SELECT j.id FROM plunder_jobs AS j
+WHERE j.id = %(job_id)s AND j.attempt = %(attempt)s AND j.session_id = %(session_id)s
+  AND j.status = 'running'
+  AND EXISTS (SELECT 1 FROM plunder_sessions
+              WHERE id = %(session_id)s
+                AND expires_at > COALESCE(%(now)s::timestamptz, statement_timestamp()))
+FOR SHARE OF j;
+
+-- name: job_cancel
+UPDATE plunder_jobs
+SET status = 'cancelled',
+    finished_at = COALESCE(%(now)s::timestamptz, statement_timestamp()),
+    deadline_at = NULL
+WHERE id = %(job_id)s AND status IN ('pending', 'running')
+RETURNING *;
+
+-- name: job_retry
+-- By a person or the API: one more attempt for a job that ended without success.
+UPDATE plunder_jobs
+SET status = 'pending', run_at = COALESCE(%(now)s::timestamptz, statement_timestamp()),
+    finished_at = NULL, started_at = NULL, session_id = NULL, result = NULL, error = NULL,
+    max_attempts = GREATEST(max_attempts, attempt + 1)
+WHERE id = %(job_id)s AND status IN ('failed', 'timed_out', 'cancelled')
+RETURNING *;
+
+-- name: job_list
+-- Newest first, keyset-paginated by id (after is the last id of the previous page).
+SELECT * FROM plunder_jobs
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(after)s::bigint IS NULL OR id < %(after)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: job_runs
+SELECT * FROM plunder_runs WHERE job_id = %(job_id)s ORDER BY attempt;
+
+-- name: event_append
+-- batch. Called after job_check_claim in the same transaction.
+INSERT INTO plunder_events (job_id, attempt, kind, data, created_at)
+SELECT u.job_id, u.attempt, u.kind, u.data,
+       COALESCE(%(now)s::timestamptz, statement_timestamp())
+FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(kind)s::text[], %(data)s::text[])
+         WITH ORDINALITY AS u(job_id, attempt, kind, data, ord)
+ORDER BY u.ord
+RETURNING id;
+
+-- name: event_list
+SELECT * FROM plunder_events
+WHERE job_id = %(job_id)s AND id > %(after)s
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: session_insert
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+INSERT INTO plunder_sessions (id, name, host, pid, queues, expiry, started_at, heartbeat_at,
+                              expires_at)
+SELECT %(session_id)s, %(name)s, %(host)s, %(pid)s, %(queues)s::text[], %(expiry)s,
+       clock.now, clock.now, clock.now + %(expiry)s * interval '1 second'
+FROM clock
+RETURNING *;
+
+-- name: session_heartbeat
+-- A session past its expiry is dead even before the janitor reaps it: it cannot come back.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+UPDATE plunder_sessions AS s
+SET heartbeat_at = clock.now, expires_at = clock.now + s.expiry * interval '1 second'
+FROM clock
+WHERE s.id = %(session_id)s AND s.expires_at > clock.now
+RETURNING s.*;
+
+-- name: session_delete
+DELETE FROM plunder_sessions WHERE id = %(session_id)s RETURNING id;
+
+-- name: session_list
+SELECT * FROM plunder_sessions
+WHERE expires_at > COALESCE(%(now)s::timestamptz, statement_timestamp())
+ORDER BY started_at, id;
+
+-- name: session_expired
+SELECT id FROM plunder_sessions
+WHERE expires_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
+ORDER BY expires_at LIMIT %(limit)s;
+
+-- name: session_delete_many
+DELETE FROM plunder_sessions
+WHERE id = ANY(%(session_ids)s::text[])
+  AND expires_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
+RETURNING id;
+
+-- name: job_running_of_session
+SELECT id, attempt, session_id, status FROM plunder_jobs
+WHERE session_id = %(session_id)s AND status = 'running';
+
+-- name: job_lose_many
+-- The running jobs of dead sessions: back to pending at once while attempts remain (the
+-- attempt that was lost counts), otherwise timed_out.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+UPDATE plunder_jobs AS j
+SET status = CASE WHEN j.attempt < j.max_attempts THEN 'pending' ELSE 'timed_out' END,
+    run_at = clock.now,
+    finished_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE clock.now END,
+    error = %(error)s,
+    deadline_at = NULL,
+    failed_sessions = array_append(j.failed_sessions, j.session_id),
+    session_id = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE j.session_id END
+FROM clock
+WHERE j.status = 'running' AND j.session_id = ANY(%(session_ids)s::text[])
+RETURNING j.id, j.attempt, j.status;
+
+-- name: job_timeout_many
+-- Running jobs past their deadline: retried at once when the job allows it and attempts
+-- remain, otherwise timed_out. Rows a worker is completing right now are skipped; the
+-- next pass sees them again if they are still running.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
+due AS (
+    SELECT j.id FROM plunder_jobs AS j, clock
+    WHERE j.status = 'running' AND j.deadline_at <= clock.now
+    ORDER BY j.deadline_at LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE plunder_jobs AS j
+SET status = CASE WHEN j.retry_on_timeout AND j.attempt < j.max_attempts THEN 'pending'
+                  ELSE 'timed_out' END,
+    run_at = clock.now,
+    finished_at = CASE WHEN j.retry_on_timeout AND j.attempt < j.max_attempts THEN NULL
+                       ELSE clock.now END,
+    error = %(error)s,
+    deadline_at = NULL,
+    session_id = CASE WHEN j.retry_on_timeout AND j.attempt < j.max_attempts THEN NULL
+                      ELSE j.session_id END
+FROM due, clock
+WHERE j.id = due.id
+RETURNING j.id, j.attempt, j.status;
+
+-- name: job_prune_many
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+DELETE FROM plunder_jobs
+WHERE id IN (
+    SELECT j.id FROM plunder_jobs AS j, clock
+    WHERE j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+      AND j.finished_at < clock.now - %(older_than)s * interval '1 second'
+    ORDER BY j.finished_at LIMIT %(limit)s)
+RETURNING id;
+
+-- name: lease_check
+-- The fence for janitor writes: the caller still holds the lease under this term. FOR
+-- SHARE makes a takeover wait until this transaction ends.
+SELECT term FROM plunder_leases
+WHERE name = %(name)s AND holder = %(holder)s AND term = %(term)s
+  AND expires_at > COALESCE(%(now)s::timestamptz, statement_timestamp())
+FOR SHARE;
+
+-- name: lease_acquire
+-- Take a free or expired lease (the term grows), or renew our own live one (same term).
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+INSERT INTO plunder_leases (name, holder, term, acquired_at, expires_at)
+SELECT %(name)s, %(holder)s, 1, clock.now, clock.now + %(ttl)s * interval '1 second'
+FROM clock
+ON CONFLICT (name) DO UPDATE SET
+    -- excluded.acquired_at is this statement's now
+    term = CASE WHEN plunder_leases.holder = excluded.holder
+                     AND plunder_leases.expires_at > excluded.acquired_at
+                THEN plunder_leases.term ELSE plunder_leases.term + 1 END,
+    acquired_at = CASE WHEN plunder_leases.holder = excluded.holder
+                            AND plunder_leases.expires_at > excluded.acquired_at
+                       THEN plunder_leases.acquired_at ELSE excluded.acquired_at END,
+    holder = excluded.holder,
+    expires_at = excluded.expires_at
+WHERE plunder_leases.holder = excluded.holder
+   OR plunder_leases.expires_at <= excluded.acquired_at
+RETURNING *;
+
+-- name: lease_renew
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+UPDATE plunder_leases AS l
+SET expires_at = clock.now + %(ttl)s * interval '1 second'
+FROM clock
+WHERE l.name = %(name)s AND l.holder = %(holder)s AND l.term = %(term)s
+  AND l.expires_at > clock.now
+RETURNING l.*;
+
+-- name: lease_release
+-- The row stays, so that the next holder's term is still larger.
+UPDATE plunder_leases
+SET expires_at = COALESCE(%(now)s::timestamptz, statement_timestamp())
+WHERE name = %(name)s AND holder = %(holder)s AND term = %(term)s
+RETURNING *;
+
+-- name: lease_get
+SELECT * FROM plunder_leases WHERE name = %(name)s;
+
+-- name: queue_counts
+SELECT queue, status, count(*) AS n FROM plunder_jobs GROUP BY queue, status;
+
+-- name: queue_oldest_pending
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+SELECT j.queue, extract(epoch FROM clock.now - min(j.run_at))::float8 AS age
+FROM plunder_jobs AS j, clock
+WHERE j.status = 'pending' AND j.run_at <= clock.now
+GROUP BY j.queue, clock.now;

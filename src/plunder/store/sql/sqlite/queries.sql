@@ -1,0 +1,307 @@
+-- plunder's runtime SQL for SQLite. Every name here also exists in ../postgres/queries.sql,
+-- with the same parameters and the same result columns.
+--
+-- :now is always a number here: the store reads the clock once per transaction (clock_now)
+-- and passes it to every statement, so one transaction sees one instant.
+-- List parameters arrive as JSON text and are opened with json_each().
+-- Batch queries (marked "batch") are executed once per row inside one transaction.
+
+-- name: clock_now
+SELECT (julianday('now') - 2440587.5) * 86400.0 AS now;
+
+-- name: schema_table_exists
+SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'plunder_schema';
+
+-- name: schema_table_create
+CREATE TABLE IF NOT EXISTS plunder_schema (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    version INTEGER NOT NULL
+);
+
+-- name: schema_row_init
+INSERT INTO plunder_schema (id, version) VALUES (1, 0) ON CONFLICT DO NOTHING;
+
+-- name: schema_version_get
+SELECT version FROM plunder_schema WHERE id = 1;
+
+-- name: schema_version_lock
+-- BEGIN IMMEDIATE already holds the write lock; nothing more to take.
+SELECT version FROM plunder_schema WHERE id = 1;
+
+-- name: schema_version_set
+UPDATE plunder_schema SET version = :version WHERE id = 1;
+
+-- name: job_insert
+-- batch. A key that names an active job inserts nothing; the store then reads that job.
+INSERT INTO plunder_jobs (
+    queue, task, args, kwargs, priority, max_attempts, timeout,
+    backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at
+) VALUES (
+    :queue, :task, :args, :kwargs, :priority, :max_attempts, :timeout,
+    :backoff_base, :backoff_cap, :retry_on_timeout, :key, :now + :delay, :now
+)
+ON CONFLICT (key) WHERE status IN ('pending', 'running') DO NOTHING
+RETURNING *;
+
+-- name: job_get_active_by_keys
+SELECT * FROM plunder_jobs
+WHERE key IN (SELECT value FROM json_each(:keys)) AND status IN ('pending', 'running');
+
+-- name: job_get
+SELECT * FROM plunder_jobs WHERE id = :job_id;
+
+-- name: job_claim_many
+-- Claim up to :limit pending jobs, best first, for a live session. A job that this session
+-- already failed is left to other live sessions serving its queue, while there are any.
+UPDATE plunder_jobs
+SET status = 'running',
+    attempt = attempt + 1,
+    session_id = :session_id,
+    started_at = :now,
+    finished_at = NULL,
+    deadline_at = :now + timeout
+WHERE id IN (
+    SELECT j.id FROM plunder_jobs AS j
+    WHERE j.status = 'pending'
+      AND j.queue IN (SELECT value FROM json_each(:queues))
+      AND j.task IN (SELECT value FROM json_each(:tasks))
+      AND j.run_at <= :now
+      AND NOT (
+          j.failed_sessions != '[]'
+          AND EXISTS (SELECT 1 FROM json_each(j.failed_sessions) AS f WHERE f.value = :session_id)
+          AND EXISTS (
+              SELECT 1 FROM plunder_sessions AS s, json_each(s.queues) AS q
+              WHERE s.expires_at > :now AND q.value = j.queue
+                AND s.id NOT IN (SELECT f.value FROM json_each(j.failed_sessions) AS f)))
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT :limit
+)
+AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at > :now)
+RETURNING *;
+
+-- name: run_open
+-- batch. One history row per claimed attempt.
+INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at)
+SELECT j.id, j.attempt, s.id, s.name, s.host, s.pid, j.started_at
+FROM plunder_jobs AS j, plunder_sessions AS s
+WHERE j.id = :job_id AND j.attempt = :attempt AND s.id = :session_id;
+
+-- name: run_finish
+-- batch. Closes a run that is still open; a run already closed keeps its first outcome.
+UPDATE plunder_runs
+SET finished_at = :now, outcome = :outcome, error = :error, logs = :logs
+WHERE job_id = :job_id AND attempt = :attempt AND outcome IS NULL;
+
+-- name: run_mark_stale
+-- batch. A completion or failure refused by the fence is recorded on its run.
+UPDATE plunder_runs
+SET finished_at = :now, outcome = 'stale', logs = :logs
+WHERE job_id = :job_id AND attempt = :attempt AND session_id = :session_id
+  AND outcome IS NULL;
+
+-- name: session_alive
+SELECT id FROM plunder_sessions WHERE id = :session_id AND expires_at > :now;
+
+-- name: job_complete
+-- batch. Fenced: only the current claim of a running job, under a live session.
+UPDATE plunder_jobs
+SET status = 'succeeded', result = :result, finished_at = :now, deadline_at = NULL
+WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
+  AND status = 'running'
+  AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at > :now)
+RETURNING id, attempt, session_id, status;
+
+-- name: job_fail
+-- batch. Fenced like job_complete. Retried (back to pending after :delay seconds) when
+-- :retry is true and attempts remain; otherwise the job ends in :final_status.
+UPDATE plunder_jobs
+SET status = CASE WHEN :retry AND attempt < max_attempts THEN 'pending' ELSE :final_status END,
+    run_at = CASE WHEN :retry AND attempt < max_attempts THEN :now + :delay ELSE run_at END,
+    finished_at = CASE WHEN :retry AND attempt < max_attempts THEN NULL ELSE :now END,
+    session_id = CASE WHEN :retry AND attempt < max_attempts THEN NULL ELSE session_id END,
+    error = :error,
+    deadline_at = NULL,
+    failed_sessions = json_insert(failed_sessions, '$[#]', :session_id)
+WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
+  AND status = 'running'
+  AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at > :now)
+RETURNING id, attempt, :session_id AS session_id, status;
+
+-- name: job_release
+-- batch. Graceful shutdown gives a running job back: pending at once, and the attempt it
+-- used is not counted against max_attempts.
+UPDATE plunder_jobs
+SET status = 'pending', run_at = :now, session_id = NULL, started_at = NULL,
+    deadline_at = NULL, max_attempts = max_attempts + 1
+WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
+  AND status = 'running'
+RETURNING id, attempt, :session_id AS session_id, status;
+
+-- name: job_claim_state
+SELECT id, attempt, session_id, status FROM plunder_jobs
+WHERE id IN (SELECT value FROM json_each(:job_ids));
+
+-- name: job_check_claim
+-- The fence for writes that are not state changes (stream events).
+SELECT j.id FROM plunder_jobs AS j
+WHERE j.id = :job_id AND j.attempt = :attempt AND j.session_id = :session_id
+  AND j.status = 'running'
+  AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at > :now);
+
+-- name: job_cancel
+UPDATE plunder_jobs
+SET status = 'cancelled', finished_at = :now, deadline_at = NULL
+WHERE id = :job_id AND status IN ('pending', 'running')
+RETURNING *;
+
+-- name: job_retry
+-- By a person or the API: one more attempt for a job that ended without success.
+UPDATE plunder_jobs
+SET status = 'pending', run_at = :now, finished_at = NULL, started_at = NULL,
+    session_id = NULL, result = NULL, error = NULL,
+    max_attempts = max(max_attempts, attempt + 1)
+WHERE id = :job_id AND status IN ('failed', 'timed_out', 'cancelled')
+RETURNING *;
+
+-- name: job_list
+-- Newest first, keyset-paginated by id (:after is the last id of the previous page).
+SELECT * FROM plunder_jobs
+WHERE (:queue IS NULL OR queue = :queue)
+  AND (:status IS NULL OR status = :status)
+  AND (:task IS NULL OR task = :task)
+  AND (:after IS NULL OR id < :after)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: job_runs
+SELECT * FROM plunder_runs WHERE job_id = :job_id ORDER BY attempt;
+
+-- name: event_append
+-- batch. Called after job_check_claim in the same transaction.
+INSERT INTO plunder_events (job_id, attempt, kind, data, created_at)
+VALUES (:job_id, :attempt, :kind, :data, :now)
+RETURNING id;
+
+-- name: event_list
+SELECT * FROM plunder_events
+WHERE job_id = :job_id AND id > :after
+ORDER BY id
+LIMIT :limit;
+
+-- name: session_insert
+INSERT INTO plunder_sessions (id, name, host, pid, queues, expiry, started_at, heartbeat_at,
+                              expires_at)
+VALUES (:session_id, :name, :host, :pid, :queues, :expiry, :now, :now, :now + :expiry)
+RETURNING *;
+
+-- name: session_heartbeat
+-- A session past its expiry is dead even before the janitor reaps it: it cannot come back.
+UPDATE plunder_sessions
+SET heartbeat_at = :now, expires_at = :now + expiry
+WHERE id = :session_id AND expires_at > :now
+RETURNING *;
+
+-- name: session_delete
+DELETE FROM plunder_sessions WHERE id = :session_id RETURNING id;
+
+-- name: session_list
+SELECT * FROM plunder_sessions WHERE expires_at > :now ORDER BY started_at, id;
+
+-- name: session_expired
+SELECT id FROM plunder_sessions WHERE expires_at <= :now ORDER BY expires_at LIMIT :limit;
+
+-- name: session_delete_many
+DELETE FROM plunder_sessions
+WHERE id IN (SELECT value FROM json_each(:session_ids)) AND expires_at <= :now
+RETURNING id;
+
+-- name: job_running_of_session
+SELECT id, attempt, session_id, status FROM plunder_jobs
+WHERE session_id = :session_id AND status = 'running';
+
+-- name: job_lose_many
+-- The running jobs of dead sessions: back to pending at once while attempts remain (the
+-- attempt that was lost counts), otherwise timed_out.
+UPDATE plunder_jobs
+SET status = CASE WHEN attempt < max_attempts THEN 'pending' ELSE 'timed_out' END,
+    run_at = :now,
+    finished_at = CASE WHEN attempt < max_attempts THEN NULL ELSE :now END,
+    error = :error,
+    deadline_at = NULL,
+    failed_sessions = json_insert(failed_sessions, '$[#]', session_id),
+    session_id = CASE WHEN attempt < max_attempts THEN NULL ELSE session_id END
+WHERE status = 'running' AND session_id IN (SELECT value FROM json_each(:session_ids))
+RETURNING id, attempt, status;
+
+-- name: job_timeout_many
+-- Running jobs past their deadline: retried at once when the job allows it and attempts
+-- remain, otherwise timed_out.
+UPDATE plunder_jobs
+SET status = CASE WHEN retry_on_timeout AND attempt < max_attempts THEN 'pending'
+                  ELSE 'timed_out' END,
+    run_at = :now,
+    finished_at = CASE WHEN retry_on_timeout AND attempt < max_attempts THEN NULL
+                       ELSE :now END,
+    error = :error,
+    deadline_at = NULL,
+    session_id = CASE WHEN retry_on_timeout AND attempt < max_attempts THEN NULL
+                      ELSE session_id END
+WHERE id IN (
+    SELECT id FROM plunder_jobs
+    WHERE status = 'running' AND deadline_at <= :now
+    ORDER BY deadline_at LIMIT :limit)
+RETURNING id, attempt, status;
+
+-- name: job_prune_many
+DELETE FROM plunder_jobs
+WHERE id IN (
+    SELECT id FROM plunder_jobs
+    WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+      AND finished_at < :now - :older_than
+    ORDER BY finished_at LIMIT :limit)
+RETURNING id;
+
+-- name: lease_check
+-- The fence for janitor writes: the caller still holds the lease under this term.
+SELECT term FROM plunder_leases
+WHERE name = :name AND holder = :holder AND term = :term AND expires_at > :now;
+
+-- name: lease_acquire
+-- Take a free or expired lease (the term grows), or renew our own live one (same term).
+INSERT INTO plunder_leases (name, holder, term, acquired_at, expires_at)
+VALUES (:name, :holder, 1, :now, :now + :ttl)
+ON CONFLICT (name) DO UPDATE SET
+    -- excluded.acquired_at is this statement's now
+    term = CASE WHEN plunder_leases.holder = excluded.holder
+                     AND plunder_leases.expires_at > excluded.acquired_at
+                THEN plunder_leases.term ELSE plunder_leases.term + 1 END,
+    acquired_at = CASE WHEN plunder_leases.holder = excluded.holder
+                            AND plunder_leases.expires_at > excluded.acquired_at
+                       THEN plunder_leases.acquired_at ELSE excluded.acquired_at END,
+    holder = excluded.holder,
+    expires_at = excluded.expires_at
+WHERE plunder_leases.holder = excluded.holder
+   OR plunder_leases.expires_at <= excluded.acquired_at
+RETURNING *;
+
+-- name: lease_renew
+UPDATE plunder_leases SET expires_at = :now + :ttl
+WHERE name = :name AND holder = :holder AND term = :term AND expires_at > :now
+RETURNING *;
+
+-- name: lease_release
+-- The row stays, so that the next holder's term is still larger.
+UPDATE plunder_leases SET expires_at = :now
+WHERE name = :name AND holder = :holder AND term = :term
+RETURNING *;
+
+-- name: lease_get
+SELECT * FROM plunder_leases WHERE name = :name;
+
+-- name: queue_counts
+SELECT queue, status, count(*) AS n FROM plunder_jobs GROUP BY queue, status;
+
+-- name: queue_oldest_pending
+SELECT queue, :now - min(run_at) AS age FROM plunder_jobs
+WHERE status = 'pending' AND run_at <= :now
+GROUP BY queue;

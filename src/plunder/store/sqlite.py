@@ -1,0 +1,231 @@
+"""The SQLite store: one database file shared by every process on one machine.
+
+* WAL journal, so readers never block the writer and the writer never blocks readers.
+* Every write transaction starts with ``BEGIN IMMEDIATE``: it takes the write lock up front.
+  A deferred transaction that reads first and upgrades later gets SQLITE_BUSY at once,
+  whatever the busy timeout, which is how naive SQLite queues leak "database is locked".
+* ``synchronous=FULL`` by default: an enqueue that returned survives power loss.
+  ``?synchronous=NORMAL`` is faster and still safe against a crashed process, but the last
+  transactions before a power cut or kernel crash may be lost.
+* One connection per thread (each used only by its thread), opened lazily; a forked child never touches its parent's
+  connections (SQLite forbids carrying one across ``fork``).
+* A file on a network filesystem is refused: WAL needs shared memory on one host.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from plunder import errors, payload
+from plunder.store.sqlbase import Row, SQLStore
+
+SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
+NETWORK_FILESYSTEMS = frozenset({
+    "nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "afs", "ceph", "glusterfs", "lustre",
+    "fuse.sshfs", "fuse.s3fs", "fuse.rclone", "fuse.gcsfuse", "davfs",
+})
+BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+FULL_CODES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR_WRITE})
+
+_orphans: list[sqlite3.Connection] = []  # inherited across fork: kept, never used or closed
+
+
+def parse_url(url: str) -> tuple[Path, dict[str, str]]:
+    """``sqlite:///relative.db``, ``sqlite:////absolute/path.db``, optional
+    ``?synchronous=NORMAL``."""
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite" or parts.netloc:
+        raise errors.ConfigError(f"not a SQLite URL: {url!r} (use sqlite:///path/to/file.db)")
+    path = parts.path[1:] if parts.path.startswith("/") else parts.path
+    if not path or path == ":memory:":
+        raise errors.ConfigError(
+            f"{url!r} names no file; plunder needs a database file that every worker process "
+            "can open (e.g. sqlite:///plunder.db)"
+        )
+    options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    unknown = set(options) - {"synchronous"}
+    if unknown:
+        raise errors.ConfigError(f"unknown SQLite URL option(s): {', '.join(sorted(unknown))}")
+    sync = options.get("synchronous", "FULL").upper()
+    if sync not in SYNCHRONOUS:
+        raise errors.ConfigError(f"synchronous must be one of {', '.join(SYNCHRONOUS)}")
+    options["synchronous"] = sync
+    return Path(path), options
+
+
+def filesystem_type(path: Path, mounts: str | None = None) -> str | None:
+    """The type of the filesystem holding ``path``, from /proc/mounts (None if unknown)."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/mounts").read_text(encoding="utf-8")
+        except OSError:
+            return None
+    target = str(path.resolve())
+    best, best_type = "", None
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, best_type = point, fields[2]
+    return best_type
+
+
+def check_local(path: Path, mounts: str | None = None) -> None:
+    kind = filesystem_type(path.parent if not path.exists() else path, mounts)
+    if kind in NETWORK_FILESYSTEMS:
+        raise errors.ConfigError(
+            f"{path} is on a network filesystem ({kind}); SQLite's WAL mode needs a local "
+            "disk. Put the file on a local disk, or use PostgreSQL for workers on many machines"
+        )
+
+
+class _Tx:
+    def __init__(self, conn: sqlite3.Connection, sql: Mapping[str, str]) -> None:
+        self.conn = conn
+        self._sql = sql
+        self._now: float | None = None
+
+    def clock(self, now: datetime | None) -> float:
+        if now is not None:
+            return _epoch(now)
+        if self._now is None:
+            self._now = float(self.conn.execute(self._sql["clock_now"]).fetchone()[0])
+        return self._now
+
+    def all(self, name: str, /, **params: Any) -> list[Row]:
+        return self.conn.execute(self._sql[name], params).fetchall()
+
+    def one(self, name: str, /, **params: Any) -> Row | None:
+        row: Row | None = self.conn.execute(self._sql[name], params).fetchone()
+        return row
+
+    def batch(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> list[Row]:
+        sql = self._sql[name]
+        out: list[Row] = []
+        for row in rows:
+            out.extend(self.conn.execute(sql, {**common, **row}).fetchall())
+        return out
+
+    def script(self, sql: str) -> None:
+        self.conn.execute(sql)
+
+
+def _epoch(value: datetime) -> float:
+    if value.tzinfo is None:
+        raise ValueError("now must be a timezone-aware datetime")
+    return value.timestamp()
+
+
+class SqliteStore(SQLStore):
+    dialect = "sqlite"
+
+    def __init__(self, url: str, *, busy_timeout: float = 5.0, **options: Any) -> None:
+        super().__init__(**options)
+        self.url = url
+        self.path, settings = parse_url(url)
+        self.synchronous = settings["synchronous"]
+        self.busy_timeout = busy_timeout
+        check_local(self.path)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._all: list[sqlite3.Connection] = []
+        self._pid = os.getpid()
+
+    def _connection(self) -> sqlite3.Connection:
+        if os.getpid() != self._pid:
+            self._after_fork()
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._open()
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    def _after_fork(self) -> None:
+        with self._lock:
+            _orphans.extend(self._all)
+            self._all = []
+            self._local = threading.local()
+            self._pid = os.getpid()
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
+                                   check_same_thread=False, cached_statements=256)
+        except sqlite3.Error as exc:
+            raise errors.StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
+        conn.row_factory = sqlite3.Row
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.Error as exc:
+            conn.close()
+            translated = self._translate(exc) or errors.StoreError(str(exc))
+            raise translated from exc
+        if str(mode).lower() != "wal":
+            conn.close()
+            raise errors.StoreUnavailable(f"{self.path}: could not switch to WAL (got {mode})")
+        return conn
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[_Tx]:
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            yield _Tx(conn, self.queries)
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _joined(self, conn: Any) -> _Tx:
+        if not isinstance(conn, sqlite3.Connection):
+            raise TypeError(f"conn must be a sqlite3.Connection, not {type(conn).__name__}")
+        conn.row_factory = sqlite3.Row
+        return _Tx(conn, self.queries)
+
+    def _translate(self, exc: Exception) -> Exception | None:
+        if not isinstance(exc, sqlite3.Error):
+            return None
+        code = getattr(exc, "sqlite_errorcode", None)
+        primary = None if code is None else code & 0xFF
+        message = f"{self.path}: {exc}"
+        if primary in BUSY_CODES:
+            return errors.StoreBusy(message)
+        if code in FULL_CODES or primary == sqlite3.SQLITE_FULL:
+            return errors.StoreFull(message)
+        if "no such table: plunder_" in str(exc):
+            return errors.SchemaError(f"{self.path} has no plunder schema; run `plunder init`")
+        if primary == sqlite3.SQLITE_CANTOPEN:
+            return errors.StoreUnavailable(message)
+        return errors.StoreError(message)
+
+    def _time(self, value: Any) -> datetime:
+        return datetime.fromtimestamp(float(value), UTC)
+
+    def _list_in(self, values: Sequence[str]) -> str:
+        return payload.encode(list(values), what="list")
+
+    def _list_out(self, value: Any) -> list[str]:
+        return list(payload.decode(value) or [])
+
+    def close(self) -> None:
+        with self._lock:
+            connections, self._all = self._all, []
+            self._local = threading.local()
+        for conn in connections:
+            conn.close()

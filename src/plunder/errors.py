@@ -46,8 +46,14 @@ class StaleClaim(PlunderError):
     Whatever the stale holder wanted to write has been discarded.
     """
 
-    def __init__(self, message: str | None = None, *, job_id: int | None = None,
-                 attempt: int | None = None, session_id: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        job_id: int | None = None,
+        attempt: int | None = None,
+        session_id: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.job_id = job_id
         self.attempt = attempt
@@ -67,7 +73,7 @@ class StoreError(PlunderError):
 
 
 class StoreBusy(StoreError):
-    """The store stayed busy (locked, serialization failure or lost connection) past the retry budget."""
+    """The database stayed busy (locked, serialization failures, lost connection) too long."""
 
 
 class StoreUnavailable(StoreError):
@@ -85,8 +91,14 @@ class SchemaError(StoreError):
 class JobFailed(PlunderError):
     """The job failed."""
 
-    def __init__(self, message: str | None = None, *, job_id: int | None = None,
-                 status: str | None = None, error: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        job_id: int | None = None,
+        status: str | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.job_id = job_id
         self.status = status

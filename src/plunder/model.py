@@ -23,8 +23,10 @@ class ErrorInfo:
     @classmethod
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
         kind = type(exc)
-        name = kind.__qualname__ if kind.__module__ == "builtins" else (
-            f"{kind.__module__}.{kind.__qualname__}"
+        name = (
+            kind.__qualname__
+            if kind.__module__ == "builtins"
+            else (f"{kind.__module__}.{kind.__qualname__}")
         )
         text = "".join(traceback_module.format_exception(exc))
         return cls(type=name, message=str(exc), traceback=text)
@@ -34,8 +36,11 @@ class ErrorInfo:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ErrorInfo:
-        return cls(type=str(data.get("type", "")), message=str(data.get("message", "")),
-                   traceback=str(data.get("traceback", "")))
+        return cls(
+            type=str(data.get("type", "")),
+            message=str(data.get("message", "")),
+            traceback=str(data.get("traceback", "")),
+        )
 
 
 @dataclass(frozen=True, slots=True)

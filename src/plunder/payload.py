@@ -86,8 +86,7 @@ def check_task(name: object) -> str:
 def check_key(key: object) -> str | None:
     if key is None:
         return None
-    if (not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS
-            or not key.isprintable()):
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS or not key.isprintable():
         raise errors.InvalidName(
             f"invalid idempotency key {key!r}: use 1-{MAX_KEY_CHARS} printable characters"
         )

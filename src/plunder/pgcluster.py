@@ -36,8 +36,9 @@ def find_bindir() -> Path | None:
     pg_config = shutil.which("pg_config")
     if pg_config:
         with contextlib.suppress(OSError, subprocess.CalledProcessError):
-            out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True,
-                                 check=True, timeout=10)
+            out = subprocess.run(
+                [pg_config, "--bindir"], capture_output=True, text=True, check=True, timeout=10
+            )
             candidates.append(out.stdout.strip())
     candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
     for folder in candidates:
@@ -76,23 +77,56 @@ class Cluster:
         return list(args)
 
     def _run(self, *args: str, timeout: float = 120) -> None:
-        result = subprocess.run(self._cmd(*args), capture_output=True, text=True,
-                                timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+        result = subprocess.run(
+            self._cmd(*args),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
         if result.returncode != 0:
-            raise RuntimeError(f"{' '.join(args)} failed ({result.returncode}):\n"
-                               f"{result.stdout}\n{result.stderr}")
+            raise RuntimeError(
+                f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+            )
 
     def start(self) -> None:
-        options = " ".join(f"-c {key}={value}" for key, value in {
-            "listen_addresses": "127.0.0.1", "port": str(self.port),
-            "unix_socket_directories": str(self.root), "max_connections": "300",
-            **self.settings}.items())
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-l",
-                  str(self.root / "server.log"), "-o", options, "-w", "-t", "60", "start")
+        options = " ".join(
+            f"-c {key}={value}"
+            for key, value in {
+                "listen_addresses": "127.0.0.1",
+                "port": str(self.port),
+                "unix_socket_directories": str(self.root),
+                "max_connections": "300",
+                **self.settings,
+            }.items()
+        )
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.datadir),
+            "-l",
+            str(self.root / "server.log"),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
 
     def stop(self, mode: str = "fast") -> None:
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", mode, "-w",
-                  "-t", "60", "stop")
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.datadir),
+            "-m",
+            mode,
+            "-w",
+            "-t",
+            "60",
+            "stop",
+        )
 
     def destroy(self) -> None:
         with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
@@ -104,8 +138,10 @@ def create(settings: dict[str, str] | None = None, *, bindir: Path | None = None
     """initdb and start a cluster; the caller must ``destroy()`` it."""
     bindir = bindir or find_bindir()
     if bindir is None:
-        raise RuntimeError("no PostgreSQL server binaries found (initdb, pg_ctl); install "
-                           "Debian's postgresql package or set PLUNDER_PG_BINDIR")
+        raise RuntimeError(
+            "no PostgreSQL server binaries found (initdb, pg_ctl); install "
+            "Debian's postgresql package or set PLUNDER_PG_BINDIR"
+        )
     root = Path(tempfile.mkdtemp(prefix="plunder-pg-"))
     user = None
     if os.geteuid() == 0:
@@ -113,11 +149,22 @@ def create(settings: dict[str, str] | None = None, *, bindir: Path | None = None
         entry = pwd.getpwnam(user)
         os.chown(root, entry.pw_uid, entry.pw_gid)
     root.chmod(0o700)
-    cluster = Cluster(root=root, port=free_port(), bindir=bindir, user=user,
-                      settings=dict(settings or {}))
+    cluster = Cluster(
+        root=root, port=free_port(), bindir=bindir, user=user, settings=dict(settings or {})
+    )
     try:
-        cluster._run(str(bindir / "initdb"), "-D", str(cluster.datadir), "-U", "postgres",
-                     "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
+        cluster._run(
+            str(bindir / "initdb"),
+            "-D",
+            str(cluster.datadir),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        )
         for attempt in range(3):
             try:
                 cluster.start()

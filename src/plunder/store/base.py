@@ -64,8 +64,9 @@ class Store(Protocol):
         ...
 
     # -- producers -----------------------------------------------------------------------
-    def job_enqueue_many(self, specs: Sequence[JobSpec], *, conn: Any = None,
-                         now: Now = None) -> list[JobRecord]:
+    def job_enqueue_many(
+        self, specs: Sequence[JobSpec], *, conn: Any = None, now: Now = None
+    ) -> list[JobRecord]:
         """Insert jobs in one transaction and return them in input order.
 
         A spec whose ``key`` names a pending or running job inserts nothing and returns that
@@ -88,37 +89,56 @@ class Store(Protocol):
         ...
 
     # -- workers -------------------------------------------------------------------------
-    def session_open(self, *, name: str, host: str, pid: int, queues: Sequence[str],
-                     expiry: float, now: Now = None) -> Session: ...
+    def session_open(
+        self,
+        *,
+        name: str,
+        host: str,
+        pid: int,
+        queues: Sequence[str],
+        expiry: float,
+        now: Now = None,
+    ) -> Session: ...
 
-    def session_heartbeat(self, session_id: str, running: Sequence[Claim] = (), *,
-                          now: Now = None) -> Heartbeat: ...
+    def session_heartbeat(
+        self, session_id: str, running: Sequence[Claim] = (), *, now: Now = None
+    ) -> Heartbeat: ...
 
     def session_close(self, session_id: str, *, now: Now = None) -> list[int]:
         """Delete the session and release its running jobs at once; return their ids."""
         ...
 
-    def job_claim_many(self, session_id: str, *, queues: Sequence[str], tasks: Sequence[str],
-                       limit: int, now: Now = None) -> list[JobRecord]:
+    def job_claim_many(
+        self,
+        session_id: str,
+        *,
+        queues: Sequence[str],
+        tasks: Sequence[str],
+        limit: int,
+        now: Now = None,
+    ) -> list[JobRecord]:
         """Claim up to ``limit`` pending jobs (priority desc, run_at, id) whose task is in
         ``tasks``; SessionGone if the session is dead."""
         ...
 
-    def job_complete_many(self, completions: Sequence[Completion], *,
-                          now: Now = None) -> AckResult: ...
+    def job_complete_many(
+        self, completions: Sequence[Completion], *, now: Now = None
+    ) -> AckResult: ...
 
     def job_fail_many(self, failures: Sequence[Failure], *, now: Now = None) -> AckResult: ...
 
     def job_release_many(self, claims: Sequence[Claim], *, now: Now = None) -> AckResult: ...
 
-    def stream_append(self, claim: Claim, events: Sequence[tuple[str, Any]], *,
-                      now: Now = None) -> list[int]:
+    def stream_append(
+        self, claim: Claim, events: Sequence[tuple[str, Any]], *, now: Now = None
+    ) -> list[int]:
         """Append ``(kind, data)`` events for a running attempt; StaleClaim if not current."""
         ...
 
     # -- janitor -------------------------------------------------------------------------
-    def lease_acquire(self, name: str, holder: str, ttl: float, *,
-                      now: Now = None) -> Lease | None: ...
+    def lease_acquire(
+        self, name: str, holder: str, ttl: float, *, now: Now = None
+    ) -> Lease | None: ...
 
     def lease_renew(self, lease: Lease, ttl: float, *, now: Now = None) -> Lease: ...
 
@@ -126,24 +146,34 @@ class Store(Protocol):
 
     def lease_get(self, name: str) -> Lease | None: ...
 
-    def session_reap_many(self, lease: Lease, *, limit: int = 100,
-                          now: Now = None) -> SweepResult: ...
+    def session_reap_many(
+        self, lease: Lease, *, limit: int = 100, now: Now = None
+    ) -> SweepResult: ...
 
-    def job_timeout_many(self, lease: Lease, *, limit: int = 500,
-                         now: Now = None) -> SweepResult: ...
+    def job_timeout_many(
+        self, lease: Lease, *, limit: int = 500, now: Now = None
+    ) -> SweepResult: ...
 
-    def job_prune_many(self, lease: Lease, *, older_than: float, limit: int = 1000,
-                       now: Now = None) -> int: ...
+    def job_prune_many(
+        self, lease: Lease, *, older_than: float, limit: int = 1000, now: Now = None
+    ) -> int: ...
 
     # -- reads for people ----------------------------------------------------------------
-    def job_list(self, *, queue: str | None = None, status: str | None = None,
-                 task: str | None = None, after: int | None = None,
-                 limit: int = 50) -> JobPage: ...
+    def job_list(
+        self,
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        task: str | None = None,
+        after: int | None = None,
+        limit: int = 50,
+    ) -> JobPage: ...
 
     def job_runs(self, job_id: int) -> list[Run]: ...
 
-    def stream_read(self, job_id: int, *, after: int = 0,
-                    limit: int = 1000) -> list[StreamEvent]: ...
+    def stream_read(
+        self, job_id: int, *, after: int = 0, limit: int = 1000
+    ) -> list[StreamEvent]: ...
 
     def session_list(self, *, now: Now = None) -> list[Session]: ...
 

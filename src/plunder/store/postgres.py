@@ -36,8 +36,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 from plunder import errors
 from plunder.store.sqlbase import Row, SQLStore
 
-RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected,
-             pg_errors.LockNotAvailable)
+RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected, pg_errors.LockNotAvailable)
 
 
 def redact(url: str) -> str:
@@ -62,7 +61,9 @@ class _Tx:
     def all(self, name: str, /, **params: Any) -> list[Row]:
         with self.conn.cursor(row_factory=dict_row) as cur:
             cur.execute(self._sql[name], params)
-            return cur.fetchall() if cur.description else []
+            if cur.description is None:
+                return []
+            return list(cur.fetchall())
 
     def one(self, name: str, /, **params: Any) -> Row | None:
         rows = self.all(name, **params)
@@ -81,8 +82,15 @@ class _Tx:
 class PostgresStore(SQLStore):
     dialect = "postgres"
 
-    def __init__(self, url: str, *, pool_size: int = 4, connect_timeout: float = 10.0,
-                 application_name: str = "plunder", **options: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 4,
+        connect_timeout: float = 10.0,
+        application_name: str = "plunder",
+        **options: Any,
+    ) -> None:
         super().__init__(**options)
         self.url = redact(url)
         self._conninfo = url.replace("postgres://", "postgresql://", 1)
@@ -99,13 +107,21 @@ class PostgresStore(SQLStore):
                 # a pool inherited across fork shares sockets with the parent: start afresh
                 self._pid = os.getpid()
                 self._pool = ConnectionPool(
-                    self._conninfo, min_size=1, max_size=self._pool_size, open=True,
-                    timeout=self._connect_timeout, name="plunder",
-                    kwargs={"autocommit": True,
-                            "application_name": self._application_name,
-                            "connect_timeout": max(1, int(self._connect_timeout)),
-                            "keepalives": 1, "keepalives_idle": 10,
-                            "keepalives_interval": 5, "keepalives_count": 3},
+                    self._conninfo,
+                    min_size=1,
+                    max_size=self._pool_size,
+                    open=True,
+                    timeout=self._connect_timeout,
+                    name="plunder",
+                    kwargs={
+                        "autocommit": True,
+                        "application_name": self._application_name,
+                        "connect_timeout": max(1, int(self._connect_timeout)),
+                        "keepalives": 1,
+                        "keepalives_idle": 10,
+                        "keepalives_interval": 5,
+                        "keepalives_count": 3,
+                    },
                 )
             return self._pool
 
@@ -141,7 +157,7 @@ class PostgresStore(SQLStore):
             raise errors.StoreError(f"expected a timestamp from the database, got {value!r}")
         return value.astimezone(UTC)
 
-    def _list_in(self, values: Sequence[str]) -> list[str]:
+    def _list_in(self, values: Sequence[Any]) -> list[Any]:
         return list(values)
 
     def _list_out(self, value: Any) -> list[str]:

@@ -26,8 +26,10 @@ def parse(text: str) -> dict[str, str]:
 
 @cache
 def load(dialect: str) -> dict[str, str]:
-    text = resources.files("plunder.store").joinpath("sql", dialect, "queries.sql").read_text(
-        encoding="utf-8"
+    text = (
+        resources.files("plunder.store")
+        .joinpath("sql", dialect, "queries.sql")
+        .read_text(encoding="utf-8")
     )
     return parse(text)
 

@@ -14,6 +14,7 @@ Inside one operation::
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 import time
@@ -99,8 +100,9 @@ class SQLStore(ABC):
     dialect: str
     url: str
 
-    def __init__(self, *, busy_total: float = policy.BUSY_TOTAL,
-                 busy_interval: float = policy.BUSY_INTERVAL) -> None:
+    def __init__(
+        self, *, busy_total: float = policy.BUSY_TOTAL, busy_interval: float = policy.BUSY_INTERVAL
+    ) -> None:
         self.busy_total = busy_total
         self.busy_interval = busy_interval
         self.queries = queries.load(self.dialect)
@@ -123,13 +125,14 @@ class SQLStore(ABC):
     def _time(self, value: Any) -> datetime: ...
 
     @abstractmethod
-    def _list_in(self, values: Sequence[str]) -> Any: ...
+    def _list_in(self, values: Sequence[Any]) -> Any: ...
 
     @abstractmethod
     def _list_out(self, value: Any) -> list[str]: ...
 
-    def close(self) -> None:  # pragma: no cover - drivers override
-        pass
+    @abstractmethod
+    def close(self) -> None:
+        """Close every connection this store opened."""
 
     # -- the transaction runner -----------------------------------------------------------
     def _run(self, op: Callable[[Tx], T], *, write: bool = True, conn: Any = None) -> T:
@@ -188,8 +191,9 @@ class SQLStore(ABC):
             if current == 0 and fresh_schema:
                 scripts = [queries.schema(self.dialect)]
             else:
-                scripts = [sql for version, _, sql in queries.migrations(self.dialect)
-                           if version > current]
+                scripts = [
+                    sql for version, _, sql in queries.migrations(self.dialect) if version > current
+                ]
             for script in scripts:
                 for statement in queries.statements(script):
                     tx.script(statement)
@@ -223,8 +227,10 @@ class SQLStore(ABC):
         return version
 
     def _too_new(self, version: int) -> str:
-        return (f"{self.url} has plunder schema version {version}, newer than this plunder "
-                f"understands ({self.latest_version}); upgrade plunder")
+        return (
+            f"{self.url} has plunder schema version {version}, newer than this plunder "
+            f"understands ({self.latest_version}); upgrade plunder"
+        )
 
     def now(self) -> datetime:
         row = self._run(lambda tx: tx.one("clock_now"), write=False)
@@ -232,8 +238,9 @@ class SQLStore(ABC):
         return self._time(row["now"])
 
     # -- producers ------------------------------------------------------------------------
-    def job_enqueue_many(self, specs: Sequence[JobSpec], *, conn: Any = None,
-                         now: Now = None) -> list[JobRecord]:
+    def job_enqueue_many(
+        self, specs: Sequence[JobSpec], *, conn: Any = None, now: Now = None
+    ) -> list[JobRecord]:
         if len(specs) > MAX_ENQUEUE:
             raise errors.PayloadError(f"at most {MAX_ENQUEUE} jobs per enqueue, got {len(specs)}")
         rows = [_spec_row(spec) for spec in specs]
@@ -255,8 +262,9 @@ class SQLStore(ABC):
 
         return self._run(op, conn=conn)
 
-    def _match_inserted(self, tx: Tx, rows: list[dict[str, Any]], todo: list[int],
-                        inserted: list[Row]) -> dict[int, Row]:
+    def _match_inserted(
+        self, tx: Tx, rows: list[dict[str, Any]], todo: list[int], inserted: list[Row]
+    ) -> dict[int, Row]:
         """Pair returned rows with inputs: ids follow input order, and an input was inserted
         unless its key was taken (by an active job, or by an earlier input)."""
         by_id = sorted(inserted, key=lambda r: int(r["id"]))
@@ -277,8 +285,9 @@ class SQLStore(ABC):
         keyed = [i for i in todo if i not in matched]
         if keyed:
             keys = sorted({rows[i]["key"] for i in keyed})
-            active = {r["key"]: r for r in tx.all("job_get_active_by_keys",
-                                                  keys=self._list_in(keys))}
+            active = {
+                r["key"]: r for r in tx.all("job_get_active_by_keys", keys=self._list_in(keys))
+            }
             for i in keyed:
                 if rows[i]["key"] in active:
                     matched[i] = active[rows[i]["key"]]
@@ -297,9 +306,18 @@ class SQLStore(ABC):
             if row is None:
                 self._refuse(tx, job_id, "cancel", "only pending or running jobs can be cancelled")
             assert row is not None
-            tx.batch("run_finish", [_run_end(row["id"], row["attempt"], Outcome.CANCELLED,
-                                             ErrorInfo("plunder.Cancelled", "cancelled"))],
-                     now=clock)
+            tx.batch(
+                "run_finish",
+                [
+                    _run_end(
+                        row["id"],
+                        row["attempt"],
+                        Outcome.CANCELLED,
+                        ErrorInfo("plunder.Cancelled", "cancelled"),
+                    )
+                ],
+                now=clock,
+            )
             return row
 
         return self._job(self._run(op))
@@ -308,8 +326,9 @@ class SQLStore(ABC):
         def op(tx: Tx) -> Row:
             row = tx.one("job_retry", job_id=_job_id(job_id), now=tx.clock(now))
             if row is None:
-                self._refuse(tx, job_id, "retry",
-                             "only failed, timed_out or cancelled jobs can be retried")
+                self._refuse(
+                    tx, job_id, "retry", "only failed, timed_out or cancelled jobs can be retried"
+                )
             assert row is not None
             return row
 
@@ -324,24 +343,40 @@ class SQLStore(ABC):
         )
 
     # -- sessions -------------------------------------------------------------------------
-    def session_open(self, *, name: str, host: str, pid: int, queues: Sequence[str],
-                     expiry: float, now: Now = None) -> Session:
+    def session_open(
+        self,
+        *,
+        name: str,
+        host: str,
+        pid: int,
+        queues: Sequence[str],
+        expiry: float,
+        now: Now = None,
+    ) -> Session:
         for queue in queues:
             payload.check_queue(queue)
         _positive("session expiry", expiry)
         session_id = secrets.token_urlsafe(24)  # 192 random bits, never a host name
 
         def op(tx: Tx) -> Row | None:
-            return tx.one("session_insert", session_id=session_id, name=str(name)[:200],
-                          host=str(host)[:200], pid=int(pid), queues=self._list_in(list(queues)),
-                          expiry=float(expiry), now=tx.clock(now))
+            return tx.one(
+                "session_insert",
+                session_id=session_id,
+                name=str(name)[:200],
+                host=str(host)[:200],
+                pid=int(pid),
+                queues=self._list_in(list(queues)),
+                expiry=float(expiry),
+                now=tx.clock(now),
+            )
 
         row = self._run(op)
         assert row is not None
         return self._session(row)
 
-    def session_heartbeat(self, session_id: str, running: Sequence[Claim] = (), *,
-                          now: Now = None) -> Heartbeat:
+    def session_heartbeat(
+        self, session_id: str, running: Sequence[Claim] = (), *, now: Now = None
+    ) -> Heartbeat:
         def op(tx: Tx) -> Heartbeat:
             row = tx.one("session_heartbeat", session_id=session_id, now=tx.clock(now))
             if row is None:
@@ -352,14 +387,19 @@ class SQLStore(ABC):
         return self._run(op)
 
     def _not_current(self, tx: Tx, claims: Sequence[Claim]) -> tuple[Claim, ...]:
-        states = {int(r["id"]): r for r in tx.all(
-            "job_claim_state", job_ids=self._list_in([c.job_id for c in claims]))}
+        states = {
+            int(r["id"]): r
+            for r in tx.all("job_claim_state", job_ids=self._list_in([c.job_id for c in claims]))
+        }
         stale = []
         for claim in claims:
             state = states.get(claim.job_id)
-            if not (state and state["status"] == Status.RUNNING
-                    and state["attempt"] == claim.attempt
-                    and state["session_id"] == claim.session_id):
+            if not (
+                state
+                and state["status"] == Status.RUNNING
+                and state["attempt"] == claim.attempt
+                and state["session_id"] == claim.session_id
+            ):
                 stale.append(claim)
         return tuple(stale)
 
@@ -367,8 +407,9 @@ class SQLStore(ABC):
         def op(tx: Tx) -> list[int]:
             clock = tx.clock(now)
             running = tx.all("job_running_of_session", session_id=session_id)
-            released = self._release(tx, [Claim(int(r["id"]), int(r["attempt"]), session_id)
-                                           for r in running], clock)
+            released = self._release(
+                tx, [Claim(int(r["id"]), int(r["attempt"]), session_id) for r in running], clock
+            )
             tx.one("session_delete", session_id=session_id)
             return [claim.job_id for claim in released]
 
@@ -379,8 +420,15 @@ class SQLStore(ABC):
         return [self._session(row) for row in rows]
 
     # -- claim and acknowledge ------------------------------------------------------------
-    def job_claim_many(self, session_id: str, *, queues: Sequence[str], tasks: Sequence[str],
-                       limit: int, now: Now = None) -> list[JobRecord]:
+    def job_claim_many(
+        self,
+        session_id: str,
+        *,
+        queues: Sequence[str],
+        tasks: Sequence[str],
+        limit: int,
+        now: Now = None,
+    ) -> list[JobRecord]:
         for queue in queues:
             payload.check_queue(queue)
         if not 1 <= int(limit) <= MAX_BATCH:
@@ -388,12 +436,27 @@ class SQLStore(ABC):
 
         def op(tx: Tx) -> list[Row]:
             clock = tx.clock(now)
-            rows = tx.all("job_claim_many", session_id=session_id,
-                          queues=self._list_in(list(queues)), tasks=self._list_in(list(tasks)),
-                          limit=int(limit), now=clock) if queues and tasks else []
+            rows = (
+                tx.all(
+                    "job_claim_many",
+                    session_id=session_id,
+                    queues=self._list_in(list(queues)),
+                    tasks=self._list_in(list(tasks)),
+                    limit=int(limit),
+                    now=clock,
+                )
+                if queues and tasks
+                else []
+            )
             if rows:
-                tx.batch("run_open", [{"job_id": r["id"], "attempt": r["attempt"],
-                                       "session_id": session_id} for r in rows], now=clock)
+                tx.batch(
+                    "run_open",
+                    [
+                        {"job_id": r["id"], "attempt": r["attempt"], "session_id": session_id}
+                        for r in rows
+                    ],
+                    now=clock,
+                )
             elif tx.one("session_alive", session_id=session_id, now=clock) is None:
                 raise errors.SessionGone(f"session {session_id} has expired or was closed")
             return rows
@@ -402,10 +465,11 @@ class SQLStore(ABC):
         jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
         return jobs
 
-    def job_complete_many(self, completions: Sequence[Completion], *,
-                          now: Now = None) -> AckResult:
-        encoded = [(c, payload.encode(c.result, what=f"result of job {c.claim.job_id}"))
-                   for c in completions]
+    def job_complete_many(self, completions: Sequence[Completion], *, now: Now = None) -> AckResult:
+        encoded = [
+            (c, payload.encode(c.result, what=f"result of job {c.claim.job_id}"))
+            for c in completions
+        ]
         plain = [(c, text) for c, text in encoded if c.effects is None]
         accepted: list[Claim] = []
         stale: list[Claim] = []
@@ -415,8 +479,9 @@ class SQLStore(ABC):
             accepted += ok
             stale += refused
         for item in [(c, text) for c, text in encoded if c.effects is not None]:
+            single = [item]  # its own transaction: the task's writes commit with this ack
             try:
-                ok, refused = self._run(lambda tx, item=item: self._complete(tx, [item], now))
+                ok, refused = self._run(functools.partial(self._complete, items=single, now=now))
             except _EffectsFailed as exc:
                 failed.append((item[0].claim, exc.original))
                 continue
@@ -424,58 +489,88 @@ class SQLStore(ABC):
             stale += refused
         return AckResult(tuple(accepted), tuple(stale), tuple(failed))
 
-    def _complete(self, tx: Tx, items: list[tuple[Completion, str]],
-                  now: Now) -> tuple[list[Claim], list[Claim]]:
+    def _complete(
+        self, tx: Tx, items: list[tuple[Completion, str]], now: Now
+    ) -> tuple[list[Claim], list[Claim]]:
         clock = tx.clock(now)
-        done = tx.batch("job_complete", [{**_claim_row(c.claim), "result": text}
-                                         for c, text in items], now=clock)
-        done_ids = {int(r["id"]) for r in done}
-        ok = [c for c, _ in items if c.claim.job_id in done_ids]
-        tx.batch("run_finish", [_run_end(c.claim.job_id, c.claim.attempt, Outcome.SUCCEEDED,
-                                         None, c.logs) for c in ok], now=clock)
+        done = _claims(
+            tx.batch(
+                "job_complete",
+                [{**_claim_row(c.claim), "result": text} for c, text in items],
+                now=clock,
+            )
+        )
+        ok = [c for c, _ in items if c.claim in done]
+        tx.batch(
+            "run_finish",
+            [
+                _run_end(c.claim.job_id, c.claim.attempt, Outcome.SUCCEEDED, None, c.logs)
+                for c in ok
+            ],
+            now=clock,
+        )
         for completion in ok:
             if completion.effects is not None:
                 try:
                     completion.effects(tx.conn)
                 except Exception as exc:
                     raise _EffectsFailed(exc) from exc
-        refused = [c for c, _ in items if c.claim.job_id not in done_ids]
+        refused = [c for c, _ in items if c.claim not in done]
         already = self._already_succeeded(tx, [c.claim for c in refused])
         self._mark_stale(tx, [c for c in refused if c.claim not in already], clock)
         return [c.claim for c in ok] + sorted(already, key=lambda c: c.job_id), [
-            c.claim for c in refused if c.claim not in already]
+            c.claim for c in refused if c.claim not in already
+        ]
 
     def _already_succeeded(self, tx: Tx, claims: list[Claim]) -> set[Claim]:
         """Claims whose completion committed earlier: a retried acknowledgement after an
         ambiguous commit is accepted again instead of being reported stale."""
         if not claims:
             return set()
-        states = {int(r["id"]): r for r in tx.all(
-            "job_claim_state", job_ids=self._list_in([c.job_id for c in claims]))}
-        return {c for c in claims if (s := states.get(c.job_id)) is not None
-                and s["status"] == Status.SUCCEEDED and s["attempt"] == c.attempt
-                and s["session_id"] == c.session_id}
+        states = {
+            int(r["id"]): r
+            for r in tx.all("job_claim_state", job_ids=self._list_in([c.job_id for c in claims]))
+        }
+        return {
+            c
+            for c in claims
+            if (s := states.get(c.job_id)) is not None
+            and s["status"] == Status.SUCCEEDED
+            and s["attempt"] == c.attempt
+            and s["session_id"] == c.session_id
+        }
 
     def _mark_stale(self, tx: Tx, items: Sequence[Completion | Failure], clock: Any) -> None:
-        tx.batch("run_mark_stale", [{**_claim_row(item.claim), "logs": _logs(item.logs)}
-                                    for item in items], now=clock)
+        tx.batch(
+            "run_mark_stale",
+            [{**_claim_row(item.claim), "logs": _logs(item.logs)} for item in items],
+            now=clock,
+        )
 
     def job_fail_many(self, failures: Sequence[Failure], *, now: Now = None) -> AckResult:
-        rows = [{**_claim_row(f.claim),
-                 "error": payload.encode(f.error.as_dict(), what="error"),
-                 "retry": f.retry_delay is not None,
-                 "delay": _non_negative("retry delay", f.retry_delay or 0.0),
-                 "final_status": (Status.TIMED_OUT if f.outcome == Outcome.TIMED_OUT
-                                  else Status.FAILED).value}
-                for f in failures]
+        rows = [
+            {
+                **_claim_row(f.claim),
+                "error": payload.encode(f.error.as_dict(), what="error"),
+                "retry": f.retry_delay is not None,
+                "delay": _non_negative("retry delay", f.retry_delay or 0.0),
+                "final_status": (
+                    Status.TIMED_OUT if f.outcome == Outcome.TIMED_OUT else Status.FAILED
+                ).value,
+            }
+            for f in failures
+        ]
 
         def op(tx: Tx) -> AckResult:
             clock = tx.clock(now)
-            done = {int(r["id"]) for r in tx.batch("job_fail", rows, now=clock)}
-            ok = [f for f in failures if f.claim.job_id in done]
-            tx.batch("run_finish", [_run_end(f.claim.job_id, f.claim.attempt, f.outcome,
-                                             f.error, f.logs) for f in ok], now=clock)
-            refused = [f for f in failures if f.claim.job_id not in done]
+            done = _claims(tx.batch("job_fail", rows, now=clock))
+            ok = [f for f in failures if f.claim in done]
+            tx.batch(
+                "run_finish",
+                [_run_end(f.claim.job_id, f.claim.attempt, f.outcome, f.error, f.logs) for f in ok],
+                now=clock,
+            )
+            refused = [f for f in failures if f.claim not in done]
             self._mark_stale(tx, refused, clock)
             return AckResult(tuple(f.claim for f in ok), tuple(f.claim for f in refused))
 
@@ -491,22 +586,31 @@ class SQLStore(ABC):
     def _release(self, tx: Tx, claims: list[Claim], clock: Any) -> list[Claim]:
         if not claims:
             return []
-        done = {int(r["id"]) for r in tx.batch("job_release", [_claim_row(c) for c in claims],
-                                               now=clock)}
-        released = [c for c in claims if c.job_id in done]
-        tx.batch("run_finish", [_run_end(c.job_id, c.attempt, Outcome.RELEASED, None)
-                                for c in released], now=clock)
+        done = _claims(tx.batch("job_release", [_claim_row(c) for c in claims], now=clock))
+        released = [c for c in claims if c in done]
+        tx.batch(
+            "run_finish",
+            [_run_end(c.job_id, c.attempt, Outcome.RELEASED, None) for c in released],
+            now=clock,
+        )
         return released
 
     # -- streams --------------------------------------------------------------------------
-    def stream_append(self, claim: Claim, events: Sequence[tuple[str, Any]], *,
-                      now: Now = None) -> list[int]:
+    def stream_append(
+        self, claim: Claim, events: Sequence[tuple[str, Any]], *, now: Now = None
+    ) -> list[int]:
         rows = []
         for kind, data in events:
             if kind not in ("chunk", "progress"):
                 raise ValueError(f"stream event kind must be 'chunk' or 'progress', not {kind!r}")
-            rows.append({"job_id": claim.job_id, "attempt": claim.attempt, "kind": kind,
-                         "data": payload.encode(data, what=f"stream data of job {claim.job_id}")})
+            rows.append(
+                {
+                    "job_id": claim.job_id,
+                    "attempt": claim.attempt,
+                    "kind": kind,
+                    "data": payload.encode(data, what=f"stream data of job {claim.job_id}"),
+                }
+            )
 
         def op(tx: Tx) -> list[int]:
             clock = tx.clock(now)
@@ -514,38 +618,71 @@ class SQLStore(ABC):
                 raise errors.StaleClaim(
                     f"job {claim.job_id} attempt {claim.attempt} is no longer claimed by "
                     f"this session; its stream events were discarded",
-                    job_id=claim.job_id, attempt=claim.attempt, session_id=claim.session_id)
+                    job_id=claim.job_id,
+                    attempt=claim.attempt,
+                    session_id=claim.session_id,
+                )
             return [int(r["id"]) for r in tx.batch("event_append", rows, now=clock)]
 
         return self._run(op) if rows else []
 
     def stream_read(self, job_id: int, *, after: int = 0, limit: int = 1000) -> list[StreamEvent]:
-        rows = self._run(lambda tx: tx.all("event_list", job_id=_job_id(job_id),
-                                           after=int(after), limit=int(limit)), write=False)
-        return [StreamEvent(job_id=int(r["job_id"]), attempt=int(r["attempt"]), seq=int(r["id"]),
-                            kind=str(r["kind"]), data=payload.decode(r["data"]),
-                            created_at=self._time(r["created_at"])) for r in rows]
+        rows = self._run(
+            lambda tx: tx.all(
+                "event_list", job_id=_job_id(job_id), after=int(after), limit=int(limit)
+            ),
+            write=False,
+        )
+        return [
+            StreamEvent(
+                job_id=int(r["job_id"]),
+                attempt=int(r["attempt"]),
+                seq=int(r["id"]),
+                kind=str(r["kind"]),
+                data=payload.decode(r["data"]),
+                created_at=self._time(r["created_at"]),
+            )
+            for r in rows
+        ]
 
     # -- leases and the janitor -----------------------------------------------------------
-    def lease_acquire(self, name: str, holder: str, ttl: float, *,
-                      now: Now = None) -> Lease | None:
+    def lease_acquire(self, name: str, holder: str, ttl: float, *, now: Now = None) -> Lease | None:
         _positive("lease ttl", ttl)
-        row = self._run(lambda tx: tx.one("lease_acquire", name=name, holder=holder,
-                                          ttl=float(ttl), now=tx.clock(now)))
+        row = self._run(
+            lambda tx: tx.one(
+                "lease_acquire", name=name, holder=holder, ttl=float(ttl), now=tx.clock(now)
+            )
+        )
         return self._lease(row) if row else None
 
     def lease_renew(self, lease: Lease, ttl: float, *, now: Now = None) -> Lease:
         _positive("lease ttl", ttl)
-        row = self._run(lambda tx: tx.one("lease_renew", name=lease.name, holder=lease.holder,
-                                          term=lease.term, ttl=float(ttl), now=tx.clock(now)))
+        row = self._run(
+            lambda tx: tx.one(
+                "lease_renew",
+                name=lease.name,
+                holder=lease.holder,
+                term=lease.term,
+                ttl=float(ttl),
+                now=tx.clock(now),
+            )
+        )
         if row is None:
-            raise errors.StaleLease(f"lease {lease.name!r} term {lease.term} is no longer held "
-                                    f"by {lease.holder}")
+            raise errors.StaleLease(
+                f"lease {lease.name!r} term {lease.term} is no longer held by {lease.holder}"
+            )
         return self._lease(row)
 
     def lease_release(self, lease: Lease, *, now: Now = None) -> bool:
-        row = self._run(lambda tx: tx.one("lease_release", name=lease.name, holder=lease.holder,
-                                          term=lease.term, now=tx.clock(now)))
+        row = self._run(
+            lambda tx: tx.one(
+                "lease_release",
+                name=lease.name,
+                holder=lease.holder,
+                term=lease.term,
+                now=tx.clock(now),
+            )
+        )
         return row is not None
 
     def lease_get(self, name: str) -> Lease | None:
@@ -553,13 +690,16 @@ class SQLStore(ABC):
         return self._lease(row) if row else None
 
     def _fence(self, tx: Tx, lease: Lease, clock: Any) -> None:
-        if tx.one("lease_check", name=lease.name, holder=lease.holder, term=lease.term,
-                  now=clock) is None:
-            raise errors.StaleLease(f"lease {lease.name!r} term {lease.term} is no longer held "
-                                    f"by {lease.holder}; the janitor write was refused")
+        if (
+            tx.one("lease_check", name=lease.name, holder=lease.holder, term=lease.term, now=clock)
+            is None
+        ):
+            raise errors.StaleLease(
+                f"lease {lease.name!r} term {lease.term} is no longer held "
+                f"by {lease.holder}; the janitor write was refused"
+            )
 
-    def session_reap_many(self, lease: Lease, *, limit: int = 100,
-                          now: Now = None) -> SweepResult:
+    def session_reap_many(self, lease: Lease, *, limit: int = 100, now: Now = None) -> SweepResult:
         error = payload.encode(SESSION_LOST.as_dict())
 
         def op(tx: Tx) -> SweepResult:
@@ -568,52 +708,72 @@ class SQLStore(ABC):
             dead = [str(r["id"]) for r in tx.all("session_expired", now=clock, limit=int(limit))]
             if not dead:
                 return SweepResult()
-            lost = tx.all("job_lose_many", session_ids=self._list_in(dead), error=error,
-                          now=clock)
-            tx.batch("run_finish", [_run_end(r["id"], r["attempt"], Outcome.LOST, SESSION_LOST)
-                                    for r in lost], now=clock)
+            lost = tx.all("job_lose_many", session_ids=self._list_in(dead), error=error, now=clock)
+            tx.batch(
+                "run_finish",
+                [_run_end(r["id"], r["attempt"], Outcome.LOST, SESSION_LOST) for r in lost],
+                now=clock,
+            )
             gone = tx.all("session_delete_many", session_ids=self._list_in(dead), now=clock)
             return _sweep(lost, sessions=[str(r["id"]) for r in gone])
 
         return self._run(op)
 
-    def job_timeout_many(self, lease: Lease, *, limit: int = 500,
-                         now: Now = None) -> SweepResult:
+    def job_timeout_many(self, lease: Lease, *, limit: int = 500, now: Now = None) -> SweepResult:
         error = payload.encode(JOB_TIMEOUT.as_dict())
 
         def op(tx: Tx) -> SweepResult:
             clock = tx.clock(now)
             self._fence(tx, lease, clock)
             rows = tx.all("job_timeout_many", error=error, limit=int(limit), now=clock)
-            tx.batch("run_finish", [_run_end(r["id"], r["attempt"], Outcome.TIMED_OUT,
-                                             JOB_TIMEOUT) for r in rows], now=clock)
+            tx.batch(
+                "run_finish",
+                [_run_end(r["id"], r["attempt"], Outcome.TIMED_OUT, JOB_TIMEOUT) for r in rows],
+                now=clock,
+            )
             return _sweep(rows)
 
         return self._run(op)
 
-    def job_prune_many(self, lease: Lease, *, older_than: float, limit: int = 1000,
-                       now: Now = None) -> int:
+    def job_prune_many(
+        self, lease: Lease, *, older_than: float, limit: int = 1000, now: Now = None
+    ) -> int:
         _non_negative("retention", older_than)
 
         def op(tx: Tx) -> int:
             clock = tx.clock(now)
             self._fence(tx, lease, clock)
-            return len(tx.all("job_prune_many", older_than=float(older_than),
-                              limit=int(limit), now=clock))
+            return len(
+                tx.all("job_prune_many", older_than=float(older_than), limit=int(limit), now=clock)
+            )
 
         return self._run(op)
 
     # -- reads for people -----------------------------------------------------------------
-    def job_list(self, *, queue: str | None = None, status: str | None = None,
-                 task: str | None = None, after: int | None = None,
-                 limit: int = 50) -> JobPage:
+    def job_list(
+        self,
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        task: str | None = None,
+        after: int | None = None,
+        limit: int = 50,
+    ) -> JobPage:
         if status is not None:
             status = _status(status)
         if not 1 <= int(limit) <= 1000:
             raise ValueError(f"limit must be between 1 and 1000, got {limit}")
-        rows = self._run(lambda tx: tx.all(
-            "job_list", queue=queue, status=status, task=task,
-            after=None if after is None else _job_id(after), limit=int(limit)), write=False)
+        rows = self._run(
+            lambda tx: tx.all(
+                "job_list",
+                queue=queue,
+                status=status,
+                task=task,
+                after=None if after is None else _job_id(after),
+                limit=int(limit),
+            ),
+            write=False,
+        )
         jobs = tuple(self._job(row) for row in rows)
         next_after = jobs[-1].id if len(jobs) == int(limit) else None
         return JobPage(jobs, next_after)
@@ -631,7 +791,8 @@ class SQLStore(ABC):
         by_queue: dict[str, dict[str, int]] = {}
         for row in counts:
             by_queue.setdefault(str(row["queue"]), {s.value: 0 for s in Status})[
-                str(row["status"])] = int(row["n"])
+                str(row["status"])
+            ] = int(row["n"])
         ages = {str(r["queue"]): float(r["age"]) for r in oldest}
         return [QueueStats(queue, by_queue[queue], ages.get(queue)) for queue in sorted(by_queue)]
 
@@ -642,44 +803,67 @@ class SQLStore(ABC):
     def _job(self, row: Row) -> JobRecord:
         error = payload.decode(row["error"])
         return JobRecord(
-            id=int(row["id"]), queue=row["queue"], task=row["task"],
-            args=payload.decode(row["args"]), kwargs=payload.decode(row["kwargs"]),
-            priority=int(row["priority"]), status=Status(row["status"]),
-            attempt=int(row["attempt"]), max_attempts=int(row["max_attempts"]),
-            timeout=row["timeout"], backoff_base=float(row["backoff_base"]),
-            backoff_cap=float(row["backoff_cap"]), retry_on_timeout=bool(row["retry_on_timeout"]),
-            key=row["key"], run_at=self._time(row["run_at"]),
+            id=int(row["id"]),
+            queue=row["queue"],
+            task=row["task"],
+            args=payload.decode(row["args"]),
+            kwargs=payload.decode(row["kwargs"]),
+            priority=int(row["priority"]),
+            status=Status(row["status"]),
+            attempt=int(row["attempt"]),
+            max_attempts=int(row["max_attempts"]),
+            timeout=row["timeout"],
+            backoff_base=float(row["backoff_base"]),
+            backoff_cap=float(row["backoff_cap"]),
+            retry_on_timeout=bool(row["retry_on_timeout"]),
+            key=row["key"],
+            run_at=self._time(row["run_at"]),
             created_at=self._time(row["created_at"]),
             started_at=self._opt_time(row["started_at"]),
             finished_at=self._opt_time(row["finished_at"]),
-            deadline_at=self._opt_time(row["deadline_at"]), session_id=row["session_id"],
-            result=payload.decode(row["result"]), error=error,
+            deadline_at=self._opt_time(row["deadline_at"]),
+            session_id=row["session_id"],
+            result=payload.decode(row["result"]),
+            error=error,
             failed_sessions=tuple(self._list_out(row["failed_sessions"])),
         )
 
     def _run_record(self, row: Row) -> Run:
         return Run(
-            job_id=int(row["job_id"]), attempt=int(row["attempt"]), session_id=row["session_id"],
-            worker=row["worker"], host=row["host"], pid=int(row["pid"]),
+            job_id=int(row["job_id"]),
+            attempt=int(row["attempt"]),
+            session_id=row["session_id"],
+            worker=row["worker"],
+            host=row["host"],
+            pid=int(row["pid"]),
             started_at=self._time(row["started_at"]),
             finished_at=self._opt_time(row["finished_at"]),
             outcome=Outcome(row["outcome"]) if row["outcome"] else None,
-            error=payload.decode(row["error"]), logs=tuple(payload.decode(row["logs"]) or ()),
+            error=payload.decode(row["error"]),
+            logs=tuple(payload.decode(row["logs"]) or ()),
         )
 
     def _session(self, row: Row) -> Session:
         return Session(
-            id=row["id"], name=row["name"], host=row["host"], pid=int(row["pid"]),
-            queues=tuple(self._list_out(row["queues"])), expiry=float(row["expiry"]),
+            id=row["id"],
+            name=row["name"],
+            host=row["host"],
+            pid=int(row["pid"]),
+            queues=tuple(self._list_out(row["queues"])),
+            expiry=float(row["expiry"]),
             started_at=self._time(row["started_at"]),
             heartbeat_at=self._time(row["heartbeat_at"]),
             expires_at=self._time(row["expires_at"]),
         )
 
     def _lease(self, row: Row) -> Lease:
-        return Lease(name=row["name"], holder=row["holder"], term=int(row["term"]),
-                     acquired_at=self._time(row["acquired_at"]),
-                     expires_at=self._time(row["expires_at"]))
+        return Lease(
+            name=row["name"],
+            holder=row["holder"],
+            term=int(row["term"]),
+            acquired_at=self._time(row["acquired_at"]),
+            expires_at=self._time(row["expires_at"]),
+        )
 
 
 # -- validation and row helpers -----------------------------------------------------------
@@ -727,8 +911,9 @@ def _status(value: str) -> str:
 def _spec_row(spec: JobSpec) -> dict[str, Any]:
     """Validate and encode one spec; raise before anything is written."""
     if not isinstance(spec.args, list | tuple):
-        raise errors.PayloadError(f"args of {spec.task!r} must be a list, not "
-                                  f"{type(spec.args).__name__}")
+        raise errors.PayloadError(
+            f"args of {spec.task!r} must be a list, not {type(spec.args).__name__}"
+        )
     if not isinstance(spec.kwargs, dict) or not all(isinstance(k, str) for k in spec.kwargs):
         raise errors.PayloadError(f"kwargs of {spec.task!r} must be a dict with string keys")
     return {
@@ -747,6 +932,11 @@ def _spec_row(spec: JobSpec) -> dict[str, Any]:
     }
 
 
+def _claims(rows: list[Row]) -> set[Claim]:
+    """The claims a fenced batch update matched (it returns id, attempt, session_id)."""
+    return {Claim(int(r["id"]), int(r["attempt"]), str(r["session_id"])) for r in rows}
+
+
 def _claim_row(claim: Claim) -> dict[str, Any]:
     return {"job_id": claim.job_id, "attempt": claim.attempt, "session_id": claim.session_id}
 
@@ -759,11 +949,16 @@ def _logs(lines: Sequence[str]) -> str:
     return payload.encode(kept, what="logs")
 
 
-def _run_end(job_id: int, attempt: int, outcome: Outcome, error: ErrorInfo | None,
-             logs: Sequence[str] = ()) -> dict[str, Any]:
-    return {"job_id": int(job_id), "attempt": int(attempt), "outcome": outcome.value,
-            "error": None if error is None else payload.encode(error.as_dict(), what="error"),
-            "logs": _logs(logs)}
+def _run_end(
+    job_id: int, attempt: int, outcome: Outcome, error: ErrorInfo | None, logs: Sequence[str] = ()
+) -> dict[str, Any]:
+    return {
+        "job_id": int(job_id),
+        "attempt": int(attempt),
+        "outcome": outcome.value,
+        "error": None if error is None else payload.encode(error.as_dict(), what="error"),
+        "logs": _logs(logs),
+    }
 
 
 def _sweep(rows: list[Row], sessions: Sequence[str] = ()) -> SweepResult:
@@ -774,4 +969,4 @@ def _sweep(rows: list[Row], sessions: Sequence[str] = ()) -> SweepResult:
 
 def iter_chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]

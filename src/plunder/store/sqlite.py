@@ -7,8 +7,8 @@
 * ``synchronous=FULL`` by default: an enqueue that returned survives power loss.
   ``?synchronous=NORMAL`` is faster and still safe against a crashed process, but the last
   transactions before a power cut or kernel crash may be lost.
-* One connection per thread (each used only by its thread), opened lazily; a forked child never touches its parent's
-  connections (SQLite forbids carrying one across ``fork``).
+* One connection per thread (used only by that thread), opened lazily; a forked child
+  never touches its parent's connections (SQLite forbids carrying one across ``fork``).
 * A file on a network filesystem is refused: WAL needs shared memory on one host.
 """
 
@@ -28,10 +28,25 @@ from plunder import errors, payload
 from plunder.store.sqlbase import Row, SQLStore
 
 SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
-NETWORK_FILESYSTEMS = frozenset({
-    "nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "afs", "ceph", "glusterfs", "lustre",
-    "fuse.sshfs", "fuse.s3fs", "fuse.rclone", "fuse.gcsfuse", "davfs",
-})
+NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "9p",
+        "afs",
+        "ceph",
+        "glusterfs",
+        "lustre",
+        "fuse.sshfs",
+        "fuse.s3fs",
+        "fuse.rclone",
+        "fuse.gcsfuse",
+        "davfs",
+    }
+)
 BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 FULL_CODES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR_WRITE})
 
@@ -162,8 +177,13 @@ class SqliteStore(SQLStore):
 
     def _open(self) -> sqlite3.Connection:
         try:
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
-                                   check_same_thread=False, cached_statements=256)
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=256,
+            )
         except sqlite3.Error as exc:
             raise errors.StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
         conn.row_factory = sqlite3.Row
@@ -217,7 +237,7 @@ class SqliteStore(SQLStore):
     def _time(self, value: Any) -> datetime:
         return datetime.fromtimestamp(float(value), UTC)
 
-    def _list_in(self, values: Sequence[str]) -> str:
+    def _list_in(self, values: Sequence[Any]) -> str:
         return payload.encode(list(values), what="list")
 
     def _list_out(self, value: Any) -> list[str]:

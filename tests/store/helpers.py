@@ -1,0 +1,79 @@
+"""Small helpers shared by the store contract tests."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from plunder.model import Claim, Completion, JobRecord, JobSpec, Session
+from plunder.store import Store
+
+
+def open_session(
+    store: Store,
+    *,
+    queues: Sequence[str] = ("default",),
+    expiry: float = 30.0,
+    name: str = "worker-1",
+    now: datetime | None = None,
+) -> Session:
+    return store.session_open(
+        name=name, host="host-a", pid=4242, queues=list(queues), expiry=expiry, now=now
+    )
+
+
+def enqueue(store: Store, *specs: JobSpec, now: datetime | None = None) -> list[JobRecord]:
+    return store.job_enqueue_many(list(specs), now=now)
+
+
+def claim(
+    store: Store,
+    session: Session,
+    *,
+    limit: int = 10,
+    tasks: Sequence[str] = ("t",),
+    queues: Sequence[str] = ("default",),
+    now: datetime | None = None,
+) -> list[JobRecord]:
+    return store.job_claim_many(
+        session.id, queues=list(queues), tasks=list(tasks), limit=limit, now=now
+    )
+
+
+def complete(store: Store, claim_: Claim, result: Any = None, now: datetime | None = None) -> bool:
+    """True when the completion was accepted."""
+    ack = store.job_complete_many([Completion(claim_, result)], now=now)
+    return claim_ in ack.accepted
+
+
+def later(t: datetime, seconds: float) -> datetime:
+    return t + timedelta(seconds=seconds)
+
+
+def raw_connect(url: str) -> Any:
+    """A plain driver connection to the same database, as a user's app would hold."""
+    if url.startswith("sqlite:///"):
+        return sqlite3.connect(url[len("sqlite:///") :], isolation_level=None)
+    import psycopg
+
+    return psycopg.connect(url)
+
+
+def user_table(url: str) -> None:
+    conn = raw_connect(url)
+    try:
+        conn.execute("CREATE TABLE orders (note TEXT NOT NULL)")
+        if not url.startswith("sqlite"):
+            conn.commit()
+    finally:
+        conn.close()
+
+
+def count_orders(url: str) -> int:
+    conn = raw_connect(url)
+    try:
+        return int(conn.execute("SELECT count(*) FROM orders").fetchone()[0])
+    finally:
+        conn.close()

@@ -1,0 +1,143 @@
+"""Enqueue: batches, idempotency keys, joining the caller's transaction, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from plunder import errors
+from plunder.model import JobSpec
+from plunder.states import Status
+from plunder.store import Store
+from tests.store.helpers import count_orders, enqueue, raw_connect, user_table
+
+
+def test_enqueue_returns_pending_jobs_in_input_order(store: Store) -> None:
+    jobs = enqueue(
+        store,
+        JobSpec("t", [1]),
+        JobSpec("t", [2], queue="other", priority=7),
+        JobSpec("u", [], {"x": 1}, max_attempts=3, timeout=2.5),
+    )
+    assert [j.args for j in jobs] == [[1], [2], []]
+    assert [j.id for j in jobs] == sorted(j.id for j in jobs)
+    assert all(j.status == Status.PENDING and j.attempt == 0 for j in jobs)
+    assert jobs[1].queue == "other" and jobs[1].priority == 7
+    assert jobs[2].kwargs == {"x": 1} and jobs[2].max_attempts == 3 and jobs[2].timeout == 2.5
+    assert store.job_get(jobs[0].id) == jobs[0]
+
+
+def test_enqueue_many_in_one_call(store: Store) -> None:
+    jobs = store.job_enqueue_many([JobSpec("t", [i]) for i in range(2000)])
+    assert [j.args[0] for j in jobs] == list(range(2000))
+    assert len({j.id for j in jobs}) == 2000
+    assert store.queue_stats()[0].counts["pending"] == 2000
+
+
+def test_key_names_at_most_one_active_job(store: Store) -> None:
+    first, same, other = enqueue(
+        store,
+        JobSpec("t", [1], key="order-42"),
+        JobSpec("t", [2], key="order-42"),
+        JobSpec("t", [3], key="b"),
+    )
+    assert same.id == first.id and same.args == [1]
+    assert other.id != first.id
+    again = enqueue(store, JobSpec("t", [9], key="order-42"))[0]
+    assert again.id == first.id
+    assert store.queue_stats()[0].counts["pending"] == 2
+
+
+def test_key_is_free_again_once_the_job_finished(store: Store) -> None:
+    from tests.store.helpers import claim, complete, open_session
+
+    first = enqueue(store, JobSpec("t", [1], key="k"))[0]
+    session = open_session(store)
+    (job,) = claim(store, session)
+    assert complete(store, job.claim, "done")
+    second = enqueue(store, JobSpec("t", [2], key="k"))[0]
+    assert second.id != first.id and second.status == Status.PENDING
+
+
+def test_enqueue_joins_the_callers_transaction(store: Store, store_url: str) -> None:
+    user_table(store_url)
+    sqlite = store_url.startswith("sqlite")
+    for commit in (False, True):
+        conn = raw_connect(store_url)
+        try:
+            if sqlite:
+                conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO orders (note) VALUES ('x')")
+            store.job_enqueue_many([JobSpec("t", [commit])], conn=conn)
+            conn.execute("COMMIT" if commit else "ROLLBACK") if sqlite else (
+                conn.commit() if commit else conn.rollback()
+            )
+        finally:
+            conn.close()
+    page = store.job_list()
+    assert [j.args for j in page.jobs] == [[True]]
+    assert count_orders(store_url) == 1
+
+
+BAD_SPECS = [
+    (JobSpec("t", [object()]), errors.PayloadError),
+    (JobSpec("t", [math.nan]), errors.PayloadError),
+    (JobSpec("t", [math.inf]), errors.PayloadError),
+    (JobSpec("t", ["\ud800"]), errors.PayloadError),
+    (JobSpec("t", ["x" * (1024 * 1024 + 1)]), errors.PayloadError),
+    (JobSpec("t", [10**5000]), errors.PayloadError),
+    (JobSpec("t", {"a": 1}), errors.PayloadError),  # type: ignore[arg-type]
+    (JobSpec("t", [], {1: 2}), errors.PayloadError),  # type: ignore[dict-item]
+    (JobSpec("t", queue=""), errors.InvalidName),
+    (JobSpec("t", queue="a b"), errors.InvalidName),
+    (JobSpec("t", queue="alpha/../beta"), errors.InvalidName),
+    (JobSpec("t", queue="alpha%"), errors.InvalidName),
+    (JobSpec("t", queue="alpha\x00beta"), errors.InvalidName),
+    (JobSpec("t", queue="\u0430lpha"), errors.InvalidName),  # Cyrillic a
+    (JobSpec("t", queue="x" * 129), errors.InvalidName),
+    (JobSpec("t; DROP TABLE plunder_jobs"), errors.InvalidName),
+    (JobSpec("t", key="k\x00"), errors.InvalidName),
+    (JobSpec("t", key=""), errors.InvalidName),
+    (JobSpec("t", priority=True), ValueError),
+    (JobSpec("t", priority=2**40), ValueError),
+    (JobSpec("t", max_attempts=0), ValueError),
+    (JobSpec("t", timeout=-1), ValueError),
+    (JobSpec("t", timeout=math.nan), ValueError),
+    (JobSpec("t", delay=-5), ValueError),
+]
+
+
+@pytest.mark.parametrize(("spec", "error"), BAD_SPECS, ids=[str(i) for i in range(len(BAD_SPECS))])
+def test_bad_input_is_refused_and_nothing_is_half_stored(
+    store: Store, spec: JobSpec, error: type[Exception]
+) -> None:
+    enqueue(store, JobSpec("t", ["kept"]))
+    with pytest.raises(error) as caught:
+        store.job_enqueue_many([JobSpec("t", ["good"]), spec])
+    assert str(caught.value)
+    page = store.job_list()
+    assert [j.args for j in page.jobs] == [["kept"]]
+
+
+def test_payloads_round_trip_exactly(store: Store) -> None:
+    args = [
+        "nul\x00inside",
+        "snow \u2603 and \U0001f600",
+        "back\\u0000slash",
+        2**62,
+        -0.5,
+        None,
+        True,
+        {"z": 1, "a": [1, {"b": None}]},
+    ]
+    kwargs = {"zeta": 1, "alpha": 2, "mid": "x"}
+    job = enqueue(store, JobSpec("t", args, kwargs))[0]
+    again = store.job_get(job.id)
+    assert again.args == args
+    assert list(again.kwargs) == ["zeta", "alpha", "mid"]  # key order kept
+
+
+def test_unknown_job_is_a_clear_error(store: Store) -> None:
+    with pytest.raises(errors.JobNotFound, match="no job 999"):
+        store.job_get(999)

@@ -1,0 +1,70 @@
+"""Reads for people: listings with keyset pagination, queue stats, live sessions, pruning."""
+
+from __future__ import annotations
+
+import pytest
+
+from plunder import errors
+from plunder.model import JobSpec
+from plunder.states import Status
+from plunder.store import Store
+from tests.store.helpers import claim, complete, enqueue, later, open_session
+
+
+def test_listing_filters_and_pages_through_everything_once(store: Store) -> None:
+    specs = [JobSpec("t" if i % 2 else "u", [i], queue="a" if i % 3 else "b") for i in range(45)]
+    store.job_enqueue_many(specs)
+    seen: list[int] = []
+    after = None
+    while True:
+        page = store.job_list(limit=10, after=after)
+        seen += [j.id for j in page.jobs]
+        if page.next_after is None:
+            break
+        after = page.next_after
+    assert len(seen) == 45 and seen == sorted(seen, reverse=True)
+    only = store.job_list(queue="b", task="u", limit=1000).jobs
+    assert {(j.queue, j.task) for j in only} == {("b", "u")}
+    assert len(only) == len([s for s in specs if s.queue == "b" and s.task == "u"])
+    assert store.job_list(status="running").jobs == ()
+    with pytest.raises(errors.InvalidName, match="unknown job status"):
+        store.job_list(status="bogus")
+    assert store.job_list(queue="' OR '1'='1").jobs == ()  # a literal, never SQL
+
+
+def test_queue_stats_count_by_status_and_age_the_oldest_pending(store: Store) -> None:
+    t0 = store.now()
+    enqueue(store, JobSpec("t", [1]), JobSpec("t", [2]), JobSpec("t", [3], queue="q2"), now=t0)
+    session = open_session(store, expiry=300, now=t0)
+    (job,) = claim(store, session, limit=1, now=later(t0, 1))
+    assert complete(store, job.claim, now=later(t0, 1))
+    stats = {s.queue: s for s in store.queue_stats(now=later(t0, 10))}
+    assert stats["default"].counts[Status.PENDING] == 1
+    assert stats["default"].counts[Status.SUCCEEDED] == 1
+    assert stats["default"].total == 2
+    assert stats["q2"].oldest_pending_age == pytest.approx(10, abs=0.01)
+
+
+def test_session_list_shows_only_live_sessions(store: Store) -> None:
+    t0 = store.now()
+    short = open_session(store, expiry=1, now=t0)
+    long = open_session(store, expiry=60, now=t0)
+    assert {s.id for s in store.session_list(now=t0)} == {short.id, long.id}
+    assert {s.id for s in store.session_list(now=later(t0, 2))} == {long.id}
+
+
+def test_prune_deletes_finished_jobs_past_retention_with_their_history(store: Store) -> None:
+    t0 = store.now()
+    old, fresh, pending = enqueue(store, JobSpec("t", [1]), JobSpec("t", [2]), JobSpec("u"), now=t0)
+    session = open_session(store, expiry=10_000, now=t0)
+    first, second = claim(store, session, now=t0)
+    assert complete(store, first.claim, now=t0)
+    assert complete(store, second.claim, now=later(t0, 3000))
+    lease = store.lease_acquire("janitor", "j", 10_000, now=t0)
+    assert lease is not None
+    assert store.job_prune_many(lease, older_than=3600, now=later(t0, 3700)) == 1
+    with pytest.raises(errors.JobNotFound):
+        store.job_get(old.id)
+    assert store.job_runs(old.id) == []
+    assert store.job_get(fresh.id).status == Status.SUCCEEDED
+    assert store.job_get(pending.id).status == Status.PENDING

@@ -1,0 +1,142 @@
+"""Sessions, heartbeats, reaping dead workers, job timeouts and leases."""
+
+from __future__ import annotations
+
+import pytest
+
+from plunder import errors
+from plunder.model import JobSpec
+from plunder.states import Outcome, Status
+from plunder.store import Store
+from tests.store.helpers import claim, complete, enqueue, later, open_session
+
+
+def test_session_ids_are_unguessable_and_unique(store: Store) -> None:
+    ids = {open_session(store).id for _ in range(50)}
+    assert len(ids) == 50
+    assert all(len(i) >= 22 for i in ids)  # >= 128 random bits in url-safe base64
+
+
+def test_heartbeat_extends_expiry_by_the_database_clock(store: Store) -> None:
+    t0 = store.now()
+    session = open_session(store, expiry=5, now=t0)
+    assert session.expires_at == later(t0, 5)
+    beat = store.session_heartbeat(session.id, now=later(t0, 4))
+    assert beat.alive and beat.expires_at == later(t0, 9)
+    assert not store.session_heartbeat(session.id, now=later(t0, 9.5)).alive  # too late
+    assert not store.session_heartbeat("no-such-session").alive
+
+
+def test_heartbeat_names_claims_that_are_no_longer_current(store: Store) -> None:
+    enqueue(store, JobSpec("t", [1]), JobSpec("t", [2]))
+    session = open_session(store)
+    keep, cancel = claim(store, session)
+    store.job_cancel(cancel.id)
+    beat = store.session_heartbeat(session.id, [keep.claim, cancel.claim])
+    assert beat.stop == (cancel.claim,)
+
+
+def test_close_releases_running_jobs_at_once(store: Store) -> None:
+    enqueue(store, JobSpec("t", [1]), JobSpec("t", [2]))
+    leaving = open_session(store)
+    staying = open_session(store, name="staying")
+    jobs = claim(store, leaving)
+    assert sorted(store.session_close(leaving.id)) == sorted(j.id for j in jobs)
+    assert {s.id for s in store.session_list()} == {staying.id}
+    again = claim(store, staying)
+    assert sorted(j.id for j in again) == sorted(j.id for j in jobs)
+    assert all(j.attempt == 2 for j in again)
+
+
+def test_reaping_straddles_the_expiry_boundary(store: Store) -> None:
+    t0 = store.now()
+    enqueue(
+        store,
+        JobSpec("t", [1], max_attempts=2),
+        JobSpec("t", [2], max_attempts=1),
+        JobSpec("t", [3], max_attempts=2),
+        now=t0,
+    )
+    dying = open_session(store, expiry=5, now=t0)
+    retry, last = claim(store, dying, limit=2, now=t0)
+    alive = open_session(store, expiry=10, now=t0)
+    (safe,) = claim(store, alive, now=t0)
+    lease = store.lease_acquire("janitor", "j", 60, now=t0)
+    assert lease is not None
+    assert store.session_reap_many(lease, now=later(t0, 4.9)).count == 0
+    swept = store.session_reap_many(lease, now=later(t0, 5.1))
+    assert swept.sessions == (dying.id,)
+    assert swept.retried == (retry.id,) and swept.finished == (last.id,)
+    assert store.job_get(retry.id).status == Status.PENDING
+    assert store.job_get(last.id).status == Status.TIMED_OUT
+    assert store.job_get(safe.id).status == Status.RUNNING
+    (run,) = store.job_runs(retry.id)
+    assert run.outcome == Outcome.LOST and run.error is not None
+    assert run.error["type"] == "plunder.SessionLost"
+    assert store.session_reap_many(lease, now=later(t0, 5.2)).count == 0  # idempotent
+    (again,) = claim(store, alive, now=later(t0, 5.3))  # claimable at once
+    assert again.id == retry.id and again.attempt == 2
+
+
+def test_job_timeouts_straddle_the_deadline(store: Store) -> None:
+    t0 = store.now()
+    enqueue(
+        store,
+        JobSpec("t", [1], timeout=10, max_attempts=2),
+        JobSpec("t", [2], timeout=10, max_attempts=2, retry_on_timeout=False),
+        JobSpec("t", [3], timeout=30),
+        JobSpec("t", [4]),
+        now=t0,
+    )
+    session = open_session(store, expiry=300, now=t0)
+    retried, final, slow, forever = claim(store, session, now=t0)
+    lease = store.lease_acquire("janitor", "j", 600, now=t0)
+    assert lease is not None
+    assert store.job_timeout_many(lease, now=later(t0, 9.9)).count == 0
+    swept = store.job_timeout_many(lease, now=later(t0, 10.1))
+    assert swept.retried == (retried.id,) and swept.finished == (final.id,)
+    assert store.job_get(final.id).status == Status.TIMED_OUT
+    assert store.job_get(slow.id).status == Status.RUNNING
+    assert store.job_get(forever.id).status == Status.RUNNING
+    assert store.job_runs(retried.id)[0].outcome == Outcome.TIMED_OUT
+    beat = store.session_heartbeat(
+        session.id, [j.claim for j in (retried, final, slow)], now=later(t0, 11)
+    )
+    assert set(beat.stop) == {retried.claim, final.claim}  # the worker is told to stop them
+    assert not complete(store, retried.claim, "late", now=later(t0, 11))
+
+
+def test_lease_terms_grow_with_every_change_of_holder(store: Store) -> None:
+    t0 = store.now()
+    first = store.lease_acquire("janitor", "a", 5, now=t0)
+    assert first is not None and first.term == 1
+    assert store.lease_acquire("janitor", "b", 5, now=later(t0, 1)) is None
+    renewed = store.lease_acquire("janitor", "a", 5, now=later(t0, 2))
+    assert renewed is not None and renewed.term == 1 and renewed.expires_at == later(t0, 7)
+    taken = store.lease_acquire("janitor", "b", 5, now=later(t0, 7.5))
+    assert taken is not None and taken.term == 2 and taken.holder == "b"
+    with pytest.raises(errors.StaleLease):
+        store.lease_renew(first, 5, now=later(t0, 8))
+    assert store.lease_renew(taken, 5, now=later(t0, 8)).expires_at == later(t0, 13)
+    assert store.lease_release(taken, now=later(t0, 9))
+    third = store.lease_acquire("janitor", "a", 5, now=later(t0, 9.5))
+    assert third is not None and third.term == 3
+    assert store.lease_get("janitor") == third
+
+
+def test_janitor_writes_under_a_stale_term_are_refused(store: Store) -> None:
+    t0 = store.now()
+    enqueue(store, JobSpec("t", timeout=1), now=t0)
+    session = open_session(store, expiry=2, now=t0)
+    (job,) = claim(store, session, now=t0)
+    old = store.lease_acquire("janitor", "a", 5, now=t0)
+    assert old is not None
+    new = store.lease_acquire("janitor", "b", 5, now=later(t0, 6))
+    assert new is not None
+    for sweep in (store.session_reap_many, store.job_timeout_many):
+        with pytest.raises(errors.StaleLease):
+            sweep(old, now=later(t0, 6))
+    with pytest.raises(errors.StaleLease):
+        store.job_prune_many(old, older_than=0, now=later(t0, 6))
+    assert store.job_get(job.id).status == Status.RUNNING  # nothing changed
+    assert store.session_reap_many(new, now=later(t0, 6)).count == 2

@@ -20,7 +20,7 @@ import secrets
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
@@ -465,7 +465,24 @@ class SQLStore(ABC):
         jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
         return jobs
 
-    def job_complete_many(self, completions: Sequence[Completion], *, now: Now = None) -> AckResult:
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A write transaction on one of this store's connections, committed when the block
+        ends without an exception. For a task's own writes (see ``Context.transaction``);
+        not retried, because the block's code cannot be replayed."""
+        with self._transaction(write=True) as tx:
+            yield tx.conn
+
+    def job_result_set(self, claim: Claim, result: Any) -> bool:
+        """Store the result of a job that its own transaction already acknowledged; fenced
+        by the claim that acknowledged it."""
+        text = payload.encode(result, what=f"result of job {claim.job_id}")
+        row = self._run(lambda tx: tx.one("job_result_set", **_claim_row(claim), result=text))
+        return row is not None
+
+    def job_complete_many(
+        self, completions: Sequence[Completion], *, now: Now = None, conn: Any = None
+    ) -> AckResult:
         encoded = [
             (c, payload.encode(c.result, what=f"result of job {c.claim.job_id}"))
             for c in completions
@@ -475,7 +492,7 @@ class SQLStore(ABC):
         stale: list[Claim] = []
         failed: list[tuple[Claim, BaseException]] = []
         if plain:
-            ok, refused = self._run(lambda tx: self._complete(tx, plain, now))
+            ok, refused = self._run(lambda tx: self._complete(tx, plain, now), conn=conn)
             accepted += ok
             stale += refused
         for item in [(c, text) for c, text in encoded if c.effects is not None]:

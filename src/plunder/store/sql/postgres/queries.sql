@@ -147,6 +147,14 @@ WHERE j.id = u.job_id AND j.attempt = u.attempt AND j.session_id = u.session_id
               WHERE s.id = u.session_id AND s.expires_at > clock.now)
 RETURNING j.id, j.attempt, j.session_id, j.status;
 
+-- name: job_result_set
+-- The result of a job whose own transaction acknowledged it (Context.transaction), fenced
+-- by the claim that did.
+UPDATE plunder_jobs SET result = %(result)s
+WHERE id = %(job_id)s AND attempt = %(attempt)s AND session_id = %(session_id)s
+  AND status = 'succeeded'
+RETURNING id;
+
 -- name: job_fail
 -- batch. Fenced like job_complete. Retried (back to pending after delay seconds) when
 -- retry is true and attempts remain; otherwise the job ends in final_status.

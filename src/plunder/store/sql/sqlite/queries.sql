@@ -111,6 +111,14 @@ WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
   AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at > :now)
 RETURNING id, attempt, session_id, status;
 
+-- name: job_result_set
+-- The result of a job whose own transaction acknowledged it (Context.transaction), fenced
+-- by the claim that did.
+UPDATE plunder_jobs SET result = :result
+WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
+  AND status = 'succeeded'
+RETURNING id;
+
 -- name: job_fail
 -- batch. Fenced like job_complete. Retried (back to pending after :delay seconds) when
 -- :retry is true and attempts remain; otherwise the job ends in :final_status.

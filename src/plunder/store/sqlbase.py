@@ -143,9 +143,11 @@ class SQLStore(ABC):
             try:
                 with self._transaction(write=write) as tx:
                     return op(tx)
-            except errors.PlunderError:
-                raise
-            except _EffectsFailed:
+            except errors.StoreBusy as exc:
+                # raised by the driver itself (SQLite BUSY while opening a connection) or by
+                # op: retried like a busy error from the database
+                busy, cause = exc, exc.__cause__
+            except (errors.PlunderError, _EffectsFailed):
                 raise
             except Exception as exc:
                 translated = self._translate(exc)
@@ -153,10 +155,11 @@ class SQLStore(ABC):
                     raise
                 if not isinstance(translated, errors.StoreBusy):
                     raise translated from exc
-                wait = backoff.next_wait()
-                if wait is None:
-                    raise translated from exc
-                time.sleep(wait)
+                busy, cause = translated, exc
+            wait = backoff.next_wait()
+            if wait is None:
+                raise busy from cause
+            time.sleep(wait)
 
     def _once(self, op: Callable[[Tx], T], tx: Tx) -> T:
         try:

@@ -206,11 +206,14 @@ class SqliteStore(SQLStore):
         conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
             yield _Tx(conn, self.queries)
+            # COMMIT can fail and leave the transaction open (a deferred foreign key of the
+            # caller's own writes, BUSY, a full disk): roll back, or this thread's connection
+            # keeps the write lock and every later transaction on it fails.
+            conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
 
     def _joined(self, conn: Any) -> _Tx:
         if not isinstance(conn, sqlite3.Connection):

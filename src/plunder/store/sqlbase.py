@@ -203,7 +203,13 @@ class SQLStore(ABC):
             tx.all("schema_version_set", version=latest)
             return latest
 
-        self._run(create)
+        try:
+            self._run(create)
+        except errors.StoreError:
+            # PostgreSQL's CREATE TABLE IF NOT EXISTS is not atomic: when migrators race, the
+            # losers fail on the catalog (unique violation on pg_type, "type already
+            # exists"). The winner's table exists by now, so once more is enough.
+            self._run(create)
         return self._run(apply)
 
     def schema_check(self) -> int:

@@ -1,0 +1,253 @@
+"""Schema: a missing, current or too-new schema is recognised; migrations applied one by
+one produce exactly the fresh schema; racing migrators all succeed and leave one schema."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import plunder
+from plunder import errors
+from plunder.store import queries
+from tests.conftest import _pg_database, _pg_drop
+from tests.store.helpers import raw_connect
+
+Snapshot = dict[str, list[tuple[Any, ...]]]
+
+
+# -- what a schema is, per dialect -----------------------------------------------------------
+def normalized(sql: str | None) -> str:
+    """DDL text without comments and without layout."""
+    if sql is None:
+        return ""
+    sql = re.sub(r"--[^\n]*", "", sql)
+    sql = re.sub(r"\s+", " ", sql).strip()
+    return re.sub(r"\s*([(),])\s*", r"\1", sql)
+
+
+def snapshot(url: str) -> Snapshot:
+    conn = raw_connect(url)
+    try:
+        if url.startswith("sqlite"):
+            rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+            return {"sqlite_master": sorted((t, n, tb, normalized(sql)) for t, n, tb, sql in rows)}
+        return {name: sorted(conn.execute(sql).fetchall()) for name, sql in PG_CATALOG.items()}
+    finally:
+        conn.close()
+
+
+PG_TABLES = "SELECT oid FROM pg_class WHERE relname LIKE 'plunder\\_%' AND relkind = 'r'"
+PG_CATALOG = {
+    "columns": """
+        SELECT table_name, column_name, data_type, udt_name, is_nullable,
+               coalesce(column_default, ''), is_identity, coalesce(identity_generation, '')
+        FROM information_schema.columns
+        WHERE table_schema = current_schema() AND table_name LIKE 'plunder\\_%'""",
+    "indexes": """
+        SELECT tablename, indexname, indexdef FROM pg_indexes
+        WHERE schemaname = current_schema() AND tablename LIKE 'plunder\\_%'""",
+    "constraints": f"""
+        SELECT conrelid::regclass::text, conname, contype, pg_get_constraintdef(oid)
+        FROM pg_constraint WHERE conrelid IN ({PG_TABLES})""",
+    "tables": """
+        SELECT relname, relkind, relpersistence FROM pg_class
+        WHERE relname LIKE 'plunder\\_%' AND relnamespace = current_schema()::regnamespace""",
+}
+
+
+def execute(url: str, sql: str) -> None:
+    conn = raw_connect(url)
+    try:
+        conn.execute(sql)
+        if not url.startswith("sqlite"):
+            conn.commit()
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def second_empty_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'second.db'}"
+        return
+    cluster = request.getfixturevalue("pg_cluster")
+    name = _pg_database(cluster, None)
+    try:
+        yield cluster.url(name)
+    finally:
+        _pg_drop(cluster, name)
+
+
+def migrated(url: str, *, fresh_schema: bool = True) -> int:
+    store = plunder.open_store(url)
+    try:
+        return store.migrate(fresh_schema=fresh_schema)  # type: ignore[call-arg]
+    finally:
+        store.close()
+
+
+# -- version checks -----------------------------------------------------------------------------
+def test_an_empty_database_is_migrated_to_the_latest_version(empty_url: str) -> None:
+    store = plunder.open_store(empty_url)
+    try:
+        with pytest.raises(errors.SchemaError, match="plunder init"):
+            store.schema_check()
+        latest = len(queries.migrations(store.dialect))
+        assert store.migrate() == latest
+        assert store.schema_check() == latest
+        before = snapshot(empty_url)
+        assert store.migrate() == latest  # again: nothing to do
+        assert snapshot(empty_url) == before
+        assert store.schema_check() == latest
+    finally:
+        store.close()
+
+
+def test_operations_on_an_empty_database_ask_for_plunder_init(empty_url: str) -> None:
+    store = plunder.open_store(empty_url)
+    try:
+        with pytest.raises(errors.SchemaError, match="plunder init"):
+            store.job_get(1)
+    finally:
+        store.close()
+
+
+def test_a_newer_schema_is_refused_and_left_alone(store_url: str) -> None:
+    execute(store_url, "UPDATE plunder_schema SET version = 999 WHERE id = 1")
+    before = snapshot(store_url)
+    store = plunder.open_store(store_url)
+    try:
+        with pytest.raises(errors.SchemaError, match="newer") as check:
+            store.schema_check()
+        assert "999" in str(check.value)
+        with pytest.raises(errors.SchemaError, match="newer"):
+            store.migrate()
+    finally:
+        store.close()
+    assert snapshot(store_url) == before
+    conn = raw_connect(store_url)
+    try:
+        assert conn.execute("SELECT id, version FROM plunder_schema").fetchall() == [(1, 999)]
+    finally:
+        conn.close()
+
+
+# -- migrations agree with the fresh schema -----------------------------------------------------
+def test_migrations_one_by_one_produce_the_fresh_schema(
+    empty_url: str, second_empty_url: str
+) -> None:
+    latest = migrated(empty_url, fresh_schema=False)
+    assert migrated(second_empty_url) == latest
+    stepwise, fresh = snapshot(empty_url), snapshot(second_empty_url)
+    assert all(fresh.values()), "the snapshot saw nothing"
+    assert stepwise == fresh
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "CREATE INDEX plunder_jobs_extra ON plunder_jobs (task)",
+        "ALTER TABLE plunder_sessions ADD COLUMN extra TEXT",
+        "DROP INDEX plunder_jobs_listing",
+    ],
+)
+def test_the_schema_comparison_sees_a_difference(
+    empty_url: str, second_empty_url: str, change: str
+) -> None:
+    """The control for the test above: a schema that differs in one index or column is
+    told apart."""
+    migrated(empty_url)
+    migrated(second_empty_url)
+    assert snapshot(empty_url) == snapshot(second_empty_url)
+    execute(second_empty_url, change)
+    assert snapshot(empty_url) != snapshot(second_empty_url)
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "ALTER TABLE plunder_jobs ALTER COLUMN priority SET DEFAULT 1",
+        "ALTER TABLE plunder_jobs DROP CONSTRAINT plunder_jobs_max_attempts_check",
+        "ALTER TABLE plunder_runs ALTER COLUMN logs DROP NOT NULL",
+        "ALTER TABLE plunder_leases ALTER COLUMN term TYPE INTEGER",
+        "ALTER TABLE plunder_leases SET UNLOGGED",
+    ],
+)
+def test_the_postgres_comparison_sees_defaults_constraints_and_types(
+    empty_url: str, second_empty_url: str, change: str
+) -> None:
+    migrated(empty_url)
+    migrated(second_empty_url)
+    execute(second_empty_url, change)
+    assert snapshot(empty_url) != snapshot(second_empty_url)
+
+
+# -- racing migrators ---------------------------------------------------------------------------
+def test_racing_migrators_all_succeed_and_leave_one_schema(
+    empty_url: str, second_empty_url: str
+) -> None:
+    racers = 4
+    stores = [plunder.open_store(empty_url) for _ in range(racers)]
+    barrier = threading.Barrier(racers)
+
+    def race(store: Any) -> int:
+        barrier.wait(timeout=10)
+        return int(store.migrate())
+
+    try:
+        if stores[0].dialect == "postgres":
+            for store in stores:
+                store.now()  # connected already: they race on the DDL itself
+        with ThreadPoolExecutor(max_workers=racers) as pool:
+            versions = list(pool.map(race, stores))
+    finally:
+        for store in stores:
+            store.close()
+    latest = len(queries.migrations("sqlite" if empty_url.startswith("sqlite") else "postgres"))
+    assert versions == [latest] * racers
+    migrated(second_empty_url)
+    assert snapshot(empty_url) == snapshot(second_empty_url)
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_postgres_migrate_survives_losing_the_create_race(empty_url: str) -> None:
+    """Another migrator's CREATE TABLE IF NOT EXISTS is not committed yet when ours runs:
+    ours waits on the catalog and then fails with a unique violation on pg_type. Migrate
+    must recover from that."""
+    other = psycopg.connect(empty_url)
+    store = plunder.open_store(empty_url)
+    try:
+        other.execute(queries.load("postgres")["schema_table_create"])  # not committed yet
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            future = pool.submit(store.migrate)
+            wait_for_lock_wait(empty_url)
+            other.commit()
+            assert future.result(timeout=30) == store.schema_check()
+    finally:
+        other.close()
+        store.close()
+
+
+def wait_for_lock_wait(url: str, timeout: float = 10) -> None:
+    """Until one of the store's backends waits on a lock (polled: PostgreSQL offers no
+    notification of this)."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'plunder' "
+                "AND datname = current_database() AND wait_event_type = 'Lock'"
+            ).fetchone()
+            if row and row[0]:
+                return
+            time.sleep(0.01)
+    pytest.fail("the store never waited on the other migrator's lock")

@@ -1,5 +1,7 @@
 """plunder: a job queue built on work stealing over a transactional database."""
 
+from plunder.app import App, Job
+from plunder.context import Context
 from plunder.errors import (
     ConfigError,
     InvalidName,
@@ -21,15 +23,19 @@ from plunder.errors import (
 from plunder.model import Claim, ErrorInfo, JobRecord, JobSpec, Lease, QueueStats, Run, Session
 from plunder.states import Outcome, Status
 from plunder.store import Store, open_store
+from plunder.task import Task
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "App",
     "Claim",
     "ConfigError",
+    "Context",
     "ErrorInfo",
     "InvalidName",
     "InvalidTransition",
+    "Job",
     "JobFailed",
     "JobNotFound",
     "JobRecord",
@@ -51,6 +57,7 @@ __all__ = [
     "StoreError",
     "StoreFull",
     "StoreUnavailable",
+    "Task",
     "UnknownTask",
     "__version__",
     "open_store",

@@ -39,7 +39,28 @@ def encode(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES)
         raise errors.PayloadError(f"{what} contains text that is not valid Unicode: {exc}") from exc
     if size > limit:
         raise errors.PayloadError(f"{what} is {size} bytes of JSON; the limit is {limit}")
+    # Python's JSON decoder recurses too: a payload nested nearly to the recursion limit
+    # encodes here but cannot be decoded from a worker's deeper call stack.
+    if text.count("[") + text.count("{") > MAX_NESTING and _too_deep(value):
+        raise errors.PayloadError(f"{what} is nested more than {MAX_NESTING} levels deep")
     return text
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether lists and dicts nest more than MAX_NESTING deep (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: list[Any] = list(item.values())
+        elif isinstance(item, list | tuple):
+            children = list(item)
+        else:
+            continue
+        if depth >= MAX_NESTING:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def decode(text: str | None) -> Any:

@@ -18,6 +18,7 @@ Conventions every implementation keeps (the contract suite in ``tests/store`` ch
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -122,8 +123,18 @@ class Store(Protocol):
         ...
 
     def job_complete_many(
-        self, completions: Sequence[Completion], *, now: Now = None
-    ) -> AckResult: ...
+        self, completions: Sequence[Completion], *, now: Now = None, conn: Any = None
+    ) -> AckResult:
+        """Acknowledge finished attempts. A completion with ``effects`` gets a transaction of
+        its own in which its writes run after the fence passed. With ``conn`` the plain
+        completions join the caller's open transaction."""
+        ...
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """A write transaction on a driver connection, for a task's own writes."""
+        ...
+
+    def job_result_set(self, claim: Claim, result: Any) -> bool: ...
 
     def job_fail_many(self, failures: Sequence[Failure], *, now: Now = None) -> AckResult: ...
 

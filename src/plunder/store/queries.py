@@ -18,7 +18,8 @@ def parse(text: str) -> dict[str, str]:
         if name in queries:
             raise ValueError(f"query {name!r} is defined twice")
         sql = body.strip().rstrip(";").strip()
-        if not sql:
+        code = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
+        if not "".join(code).strip(" \t;"):  # documentation alone is not a query
             raise ValueError(f"query {name!r} is empty")
         queries[name] = sql
     return queries

@@ -1,0 +1,239 @@
+"""The App: configuration, the task registry and the producer API. ``Job`` is a handle on
+one job that reads through the store."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, overload
+
+from plunder import config, errors
+from plunder.model import JobRecord, JobSpec, Run, StreamEvent
+from plunder.states import Status, is_terminal
+from plunder.store import Store, open_store
+from plunder.task import Options, Registry, Task, make_task
+
+_FIRST_POLL = 0.01
+
+
+class App:
+    """``App("sqlite:///plunder.db")`` or ``App("postgresql://…")``; ``App()`` reads
+    ``PLUNDER_URL`` (default ``sqlite:///plunder.db``). Intervals (seconds) are keywords
+    here and ``PLUNDER_*`` environment variables."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        heartbeat_interval: float | None = None,
+        session_expiry: float | None = None,
+        poll_interval: float | None = None,
+        janitor_interval: float | None = None,
+        retention: float | None = None,
+        auto_migrate: bool = True,
+        **store_options: Any,
+    ) -> None:
+        self.settings = config.load(
+            url=url,
+            heartbeat_interval=heartbeat_interval,
+            session_expiry=session_expiry,
+            poll_interval=poll_interval,
+            janitor_interval=janitor_interval,
+            retention=retention,
+        )
+        self.registry = Registry()
+        self.auto_migrate = auto_migrate
+        self._store_options = store_options
+        self._store: Store | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"App({self.url!r}, tasks={self.registry.names()})"
+
+    @property
+    def url(self) -> str:
+        return self.settings.url
+
+    @property
+    def store(self) -> Store:
+        """The store, opened on first use (and migrated, unless ``auto_migrate=False``)."""
+        with self._lock:
+            if self._store is None:
+                store = open_store(self.settings.url, **self._store_options)
+                try:
+                    store.migrate() if self.auto_migrate else store.schema_check()
+                except BaseException:
+                    store.close()
+                    raise
+                self._store = store
+            return self._store
+
+    def configure(self, **settings: Any) -> None:
+        """Change settings before first use (the command line does this for ``--db``)."""
+        with self._lock:
+            if self._store is not None:
+                raise errors.ConfigError("the app's store is already open")
+            self.settings = self.settings.with_overrides(**settings)
+
+    def close(self) -> None:
+        with self._lock:
+            store, self._store = self._store, None
+        if store is not None:
+            store.close()
+
+    # -- tasks ----------------------------------------------------------------------------
+    @overload
+    def task(self, fn: Callable[..., Any], /) -> Task: ...
+
+    @overload
+    def task(self, fn: None = None, /, **options: Any) -> Callable[[Callable[..., Any]], Task]: ...
+
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        pool: str = "thread",
+        no_retry: Iterable[type[BaseException]] = (),
+        **options: Any,
+    ) -> Task | Callable[[Callable[..., Any]], Task]:
+        """Register a task: ``@app.task`` or ``@app.task(queue="llm", retries=3,
+        timeout=60, priority=0, backoff_base=1, backoff_cap=300, retry_on_timeout=True,
+        no_retry=(ValueError,), pool="thread" | "process", name=...)``."""
+        unknown = set(options) - set(Options.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"unknown task option(s): {', '.join(sorted(unknown))}")
+
+        def register(function: Callable[..., Any]) -> Task:
+            task = make_task(
+                function, producer=self, name=name, pool=pool, no_retry=no_retry, **options
+            )
+            self.registry.add(task)
+            return task
+
+        return register(fn) if fn is not None else register
+
+    # -- producing ------------------------------------------------------------------------
+    def enqueue_specs(self, specs: Sequence[JobSpec], *, conn: Any = None) -> list[Job]:
+        records = self.store.job_enqueue_many(list(specs), conn=conn)
+        return [Job(self, record.id, record) for record in records]
+
+    def enqueue(
+        self,
+        task: str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        conn: Any = None,
+        **options: Any,
+    ) -> Job:
+        """Enqueue by task name, without the task's code (the producer need not import it)."""
+        base = self.registry.get(task).options_ if task in self.registry else Options()
+        unknown = set(options) - set(Options.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"unknown job option(s): {', '.join(sorted(unknown))}")
+        from dataclasses import replace
+
+        spec = replace(base, **options).spec(task, args, kwargs or {})
+        return self.enqueue_specs([spec], conn=conn)[0]
+
+    def job(self, job_id: int) -> Job:
+        """A handle on an existing job (JobNotFound if there is none)."""
+        return Job(self, job_id, self.store.job_get(job_id))
+
+
+class Job:
+    """A handle on one job. Attributes read the latest state from the store."""
+
+    def __init__(self, app: App, job_id: int, record: JobRecord | None = None) -> None:
+        self.app = app
+        self.id = job_id
+        self._record = record
+
+    def __repr__(self) -> str:
+        status = self._record.status.value if self._record else "?"
+        return f"<Job {self.id} {status}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Job) and other.id == self.id and other.app is self.app
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def refresh(self) -> JobRecord:
+        self._record = self.app.store.job_get(self.id)
+        return self._record
+
+    @property
+    def record(self) -> JobRecord:
+        return self.refresh()
+
+    @property
+    def status(self) -> Status:
+        return self.refresh().status
+
+    @property
+    def runs(self) -> list[Run]:
+        return self.app.store.job_runs(self.id)
+
+    def cancel(self) -> JobRecord:
+        self._record = self.app.store.job_cancel(self.id)
+        return self._record
+
+    def retry(self) -> JobRecord:
+        self._record = self.app.store.job_retry(self.id)
+        return self._record
+
+    def wait(self, timeout: float | None = None) -> JobRecord:
+        """Wait until the job is terminal; TimeoutError when ``timeout`` passes first (the
+        job keeps running)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = _FIRST_POLL
+        while True:
+            record = self.refresh()
+            if is_terminal(record.status):
+                return record
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {self.id} is still {record.status} after {timeout}s")
+            wait = pause if deadline is None else min(pause, max(0.0, deadline - time.monotonic()))
+            time.sleep(wait)
+            pause = min(pause * 2, self.app.settings.poll_interval)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The job's result once it succeeded; :class:`JobFailed` (with the error type,
+        message and traceback of the last run) if it ended otherwise."""
+        record = self.wait(timeout)
+        if record.status == Status.SUCCEEDED:
+            return record.result
+        error = record.error or {}
+        detail = f": {error.get('type')}: {error.get('message')}" if error else ""
+        raise errors.JobFailed(
+            f"job {self.id} {record.status.value}{detail}",
+            job_id=self.id,
+            status=record.status.value,
+            error=error,
+        )
+
+    def stream(self, *, timeout: float | None = None) -> Iterator[StreamEvent]:
+        """Yield the job's stream events in order — what is stored first, then new ones as
+        they are written — until the job is terminal."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        after = 0
+        pause = _FIRST_POLL
+        while True:
+            terminal = is_terminal(self.refresh().status)
+            events = self.app.store.stream_read(self.id, after=after)
+            for event in events:
+                after = event.seq
+                yield event
+            if events:
+                pause = _FIRST_POLL
+                continue
+            if terminal:
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {self.id} still running after {timeout}s")
+            time.sleep(pause)
+            pause = min(pause * 2, self.app.settings.poll_interval)

@@ -1,0 +1,149 @@
+"""What a running task sees: its job, a cancellation flag, a stream and progress reporter,
+a logger whose lines land in the run's history, and ``transaction()`` for writes that
+commit together with the job's acknowledgement.
+
+Stream events and progress are buffered in memory and written by the worker in batches
+(every ~50 ms or 4 KiB, whichever comes first), fenced like every other worker write: if
+the claim is no longer current the events are discarded and the task is told to stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from plunder import errors, payload
+from plunder.model import Claim, Completion, JobRecord
+from plunder.store.base import Store
+
+MAX_LOG_LINES = 200
+FLUSH_BYTES = 4096
+
+
+class _LineCapture(logging.Handler):
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines = lines
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = self.format(record)
+        self.lines.append(line)
+        if len(self.lines) > MAX_LOG_LINES * 2:  # keep memory bounded; the store keeps the tail
+            del self.lines[: len(self.lines) - MAX_LOG_LINES]
+
+
+class Context:
+    """Handed to a task that declares a parameter annotated ``plunder.Context``."""
+
+    def __init__(self, job: JobRecord, store: Store, *, on_flush_needed: Any = None) -> None:
+        self.job = job
+        self.claim: Claim = job.claim
+        self._store = store
+        self._cancel = threading.Event()
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()  # keeps concurrent flushes in order
+        self._pending: list[tuple[str, Any]] = []
+        self._pending_bytes = 0
+        self._wake = on_flush_needed
+        self.acknowledged = False  # set when transaction() committed the acknowledgement
+        self.cancel_reason: str | None = None
+        self.log_lines: list[str] = []
+        self.logger = logging.Logger(f"plunder.task.{job.task}", logging.DEBUG)
+        self.logger.parent = logging.getLogger("plunder.task")
+        self.logger.addHandler(_LineCapture(self.log_lines))
+
+    # -- identity -------------------------------------------------------------------------
+    @property
+    def job_id(self) -> int:
+        return self.job.id
+
+    @property
+    def attempt(self) -> int:
+        return self.job.attempt
+
+    @property
+    def queue(self) -> str:
+        return self.job.queue
+
+    # -- cancellation ---------------------------------------------------------------------
+    @property
+    def cancelled(self) -> bool:
+        """True once the job was cancelled, timed out, or its claim was lost; a long task
+        should check it and return early. Its result would be refused anyway."""
+        return self._cancel.is_set()
+
+    def cancel(self, reason: str) -> None:
+        if not self._cancel.is_set():
+            self.cancel_reason = reason
+            self._cancel.set()
+
+    def wait_cancelled(self, timeout: float | None = None) -> bool:
+        """Sleep up to ``timeout`` seconds, waking early if the task is cancelled."""
+        return self._cancel.wait(timeout)
+
+    # -- stream and progress --------------------------------------------------------------
+    def stream(self, data: Any) -> None:
+        """Append a chunk that subscribers see as it is written (after the next flush)."""
+        self._add("chunk", data)
+
+    def progress(self, current: float, total: float | None = None) -> None:
+        self._add("progress", {"current": current, "total": total})
+
+    def _add(self, kind: str, data: Any) -> None:
+        size = len(payload.encode(data, what="stream data"))
+        with self._lock:
+            self._pending.append((kind, data))
+            self._pending_bytes += size
+            full = self._pending_bytes >= FLUSH_BYTES
+        if full and self._wake is not None:
+            self._wake()
+
+    def take_events(self) -> list[tuple[str, Any]]:
+        with self._lock:
+            events, self._pending, self._pending_bytes = self._pending, [], 0
+        return events
+
+    def flush(self) -> None:
+        """Write buffered events now (the worker also does this on a timer)."""
+        with self._flush_lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        events = self.take_events()
+        if events:
+            try:
+                self._store.stream_append(self.claim, events)
+            except errors.StaleClaim:
+                self.cancel("the claim is no longer current")
+                raise
+
+    # -- exactly-once effects -------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """Writes made on the yielded connection commit together with this job's
+        acknowledgement, or not at all.
+
+        The job is acknowledged (succeeded) when the block ends; the task's return value
+        is stored as its result afterwards. If the claim is no longer current the block's
+        writes are rolled back and :class:`StaleClaim` is raised. Put the block at the end
+        of the task: an exception after it cannot un-acknowledge the job.
+        """
+        if self.acknowledged:
+            raise errors.PlunderError("this job was already acknowledged by a transaction")
+        self.flush()
+        with self._store.transaction() as conn:
+            yield conn
+            ack = self._store.job_complete_many([Completion(self.claim, None)], conn=conn)
+            if self.claim not in ack.accepted:
+                raise errors.StaleClaim(
+                    f"job {self.job_id} attempt {self.attempt} is no longer claimed by this "
+                    "worker; the transaction was rolled back",
+                    job_id=self.job_id,
+                    attempt=self.attempt,
+                    session_id=self.claim.session_id,
+                )
+        self.acknowledged = True

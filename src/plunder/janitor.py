@@ -1,0 +1,153 @@
+"""The janitor: maintenance that one process does for everyone while it holds a lease.
+
+```
+ every janitor_interval:
+   renew our lease (or acquire it when free or expired; the term grows at every new holder)
+   └─ held? ── reap dead sessions ─▶ time out late jobs ─▶ prune old finished jobs (hourly)
+               each one transaction that first checks (lease, holder, term) in the database
+```
+
+Every process may run a janitor; only the lease holder acts. When the holder dies, its
+lease expires by the database clock and another process takes over within
+``lease_ttl + janitor_interval``. A holder that was paused and wakes up late finds its
+term stale: its writes are refused inside the same transaction, so a brief overlap during
+takeover changes nothing twice. Each service is idempotent and is a config plus
+``run_once(store, lease, now=None)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from plunder import errors
+from plunder.config import Settings
+from plunder.model import Lease, SweepResult
+from plunder.store.base import Store
+
+log = logging.getLogger("plunder.janitor")
+LEASE_NAME = "plunder.janitor"
+
+
+@dataclass(frozen=True)
+class Reaper:
+    """Deletes sessions past their expiry and releases or finishes their running jobs."""
+
+    limit: int = 100
+
+    def run_once(self, store: Store, lease: Lease, now: datetime | None = None) -> SweepResult:
+        return store.session_reap_many(lease, limit=self.limit, now=now)
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Ends running jobs past their deadline (retried, or timed_out)."""
+
+    limit: int = 500
+
+    def run_once(self, store: Store, lease: Lease, now: datetime | None = None) -> SweepResult:
+        return store.job_timeout_many(lease, limit=self.limit, now=now)
+
+
+@dataclass
+class Pruner:
+    """Deletes finished jobs (and their runs and stream events) older than the retention,
+    at most once per ``every`` seconds."""
+
+    retention: float
+    every: float = 3600.0
+    limit: int = 5000
+    _last: float | None = field(default=None, repr=False)
+
+    def run_once(self, store: Store, lease: Lease, now: datetime | None = None) -> int:
+        clock = time.monotonic()
+        if now is None and self._last is not None and clock - self._last < self.every:
+            return 0
+        self._last = clock
+        return store.job_prune_many(lease, older_than=self.retention, limit=self.limit, now=now)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """What one janitor pass did."""
+
+    held: bool
+    term: int | None = None
+    reaped: SweepResult = field(default_factory=SweepResult)
+    timed_out: SweepResult = field(default_factory=SweepResult)
+    pruned: int = 0
+
+
+class Janitor:
+    def __init__(self, store: Store, settings: Settings, *, holder: str | None = None) -> None:
+        self.store = store
+        self.settings = settings
+        self.holder = holder or f"{socket.gethostname()}:{secrets.token_hex(8)}"
+        self.lease: Lease | None = None
+        self.reaper = Reaper()
+        self.timeouts = Timeouts()
+        self.pruner = Pruner(retention=settings.retention)
+
+    def _hold(self, now: datetime | None) -> Lease | None:
+        ttl = self.settings.lease_ttl
+        if self.lease is not None:
+            try:
+                self.lease = self.store.lease_renew(self.lease, ttl, now=now)
+                return self.lease
+            except errors.StaleLease:
+                log.warning(
+                    "janitor lease term %d was lost; another process holds it now", self.lease.term
+                )
+                self.lease = None
+        acquired = self.store.lease_acquire(LEASE_NAME, self.holder, ttl, now=now)
+        if acquired is not None:
+            log.info("janitor lease acquired by %s (term %d)", self.holder, acquired.term)
+        self.lease = acquired
+        return acquired
+
+    def run_once(self, now: datetime | None = None) -> Pass:
+        lease = self._hold(now)
+        if lease is None:
+            return Pass(held=False)
+        try:
+            reaped = self.reaper.run_once(self.store, lease, now)
+            timed_out = self.timeouts.run_once(self.store, lease, now)
+            pruned = self.pruner.run_once(self.store, lease, now)
+        except errors.StaleLease:
+            log.warning("janitor lease term %d went stale mid-pass; writes refused", lease.term)
+            self.lease = None
+            return Pass(held=False)
+        if reaped.count or timed_out.count or pruned:
+            log.info(
+                "janitor: %d dead sessions (%d jobs retried, %d finished), %d jobs timed "
+                "out, %d pruned",
+                len(reaped.sessions),
+                len(reaped.retried),
+                len(reaped.finished),
+                timed_out.count,
+                pruned,
+            )
+        return Pass(held=True, term=lease.term, reaped=reaped, timed_out=timed_out, pruned=pruned)
+
+    def run(self, stop: threading.Event) -> None:
+        """Pass after pass until ``stop`` is set; database trouble is logged and retried."""
+        while not stop.is_set():
+            try:
+                self.run_once()
+            except errors.StoreError as exc:
+                log.warning("janitor pass failed: %s", exc)
+            stop.wait(self.settings.janitor_interval)
+        self.release()
+
+    def release(self) -> None:
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            try:
+                self.store.lease_release(lease)
+            except errors.StoreError as exc:
+                log.warning("could not release the janitor lease (it will expire): %s", exc)

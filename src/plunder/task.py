@@ -1,0 +1,206 @@
+"""Tasks: a function registered under a name, with the options its jobs are enqueued with.
+
+Arguments and results travel as JSON (never pickle): positional arguments as a list,
+keyword arguments as an object. A task that wants its :class:`~plunder.context.Context`
+declares a parameter annotated ``plunder.Context``; the worker passes it by name.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from plunder import errors, payload
+from plunder.context import Context
+from plunder.model import JobSpec
+
+POOLS = ("thread", "process")
+
+
+class Producer(Protocol):
+    """What a task needs from its app to enqueue (the app implements it)."""
+
+    def enqueue_specs(self, specs: Sequence[JobSpec], *, conn: Any = None) -> list[Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """How a task's jobs are enqueued and run; ``Task.options(...)`` overrides per call."""
+
+    queue: str = "default"
+    priority: int = 0
+    delay: float = 0.0
+    retries: int = 3
+    timeout: float | None = None
+    backoff_base: float = 1.0
+    backoff_cap: float = 300.0
+    retry_on_timeout: bool = True
+    key: str | None = None
+
+    def spec(self, task: str, args: Sequence[Any], kwargs: dict[str, Any]) -> JobSpec:
+        if (
+            isinstance(self.retries, bool)
+            or not isinstance(self.retries, int)
+            or (self.retries < 0)
+        ):
+            raise ValueError(f"retries must be a non-negative integer, not {self.retries!r}")
+        return JobSpec(
+            task=task,
+            args=list(args),
+            kwargs=dict(kwargs),
+            queue=self.queue,
+            priority=self.priority,
+            delay=self.delay,
+            max_attempts=self.retries + 1,
+            timeout=self.timeout,
+            backoff_base=self.backoff_base,
+            backoff_cap=self.backoff_cap,
+            retry_on_timeout=self.retry_on_timeout,
+            key=self.key,
+        )
+
+
+def _context_parameter(fn: Callable[..., Any]) -> str | None:
+    """The name of the parameter annotated ``Context``, if any."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolvable annotations: fall back to their text
+        hints = {}
+    for name, parameter in inspect.signature(fn).parameters.items():
+        annotation = hints.get(name, parameter.annotation)
+        if annotation is Context or (
+            isinstance(annotation, str) and annotation.split(".")[-1] == "Context"
+        ):
+            return name
+    return None
+
+
+@dataclass(frozen=True)
+class Task:
+    """A registered task. Calling it runs the function here and now (no queue)."""
+
+    fn: Callable[..., Any]
+    name: str
+    options_: Options
+    producer: Producer | None = field(default=None, repr=False, compare=False)
+    no_retry: tuple[type[BaseException], ...] = ()
+    pool: str = "thread"
+    context_param: str | None = None
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def options(self, **overrides: Any) -> Task:
+        """A copy whose next enqueues use these options (queue, priority, delay, retries,
+        timeout, backoff_base, backoff_cap, retry_on_timeout, key)."""
+        unknown = set(overrides) - set(Options.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"unknown task option(s): {', '.join(sorted(unknown))}")
+        return replace(self, options_=replace(self.options_, **overrides))
+
+    def spec(self, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> JobSpec:
+        return self.options_.spec(self.name, args, kwargs or {})
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Any:
+        """Enqueue one job and return its :class:`plunder.Job` handle."""
+        return self._producer().enqueue_specs([self.spec(args, kwargs)])[0]
+
+    def enqueue_many(self, calls: Iterable[Any], *, conn: Any = None) -> list[Any]:
+        """Enqueue many jobs in one transaction. Each call is a tuple of positional
+        arguments, a dict of keyword arguments, or an ``(args, kwargs)`` pair."""
+        return self._producer().enqueue_specs([self._call_spec(c) for c in calls], conn=conn)
+
+    def enqueue_in(self, conn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Enqueue inside the caller's open transaction on ``conn`` (sqlite3 or psycopg):
+        the job exists if and only if that transaction commits."""
+        return self._producer().enqueue_specs([self.spec(args, kwargs)], conn=conn)[0]
+
+    def _call_spec(self, call: Any) -> JobSpec:
+        if isinstance(call, dict):
+            return self.spec((), call)
+        if (
+            isinstance(call, tuple)
+            and len(call) == 2
+            and isinstance(call[0], list | tuple)
+            and isinstance(call[1], dict)
+        ):
+            return self.spec(call[0], call[1])
+        if isinstance(call, list | tuple):
+            return self.spec(call, {})
+        return self.spec((call,), {})
+
+    def _producer(self) -> Producer:
+        if self.producer is None:
+            raise errors.ConfigError(f"task {self.name} is not registered with an app")
+        return self.producer
+
+    def should_retry(self, exc: BaseException) -> bool:
+        return not isinstance(exc, self.no_retry)
+
+
+def make_task(
+    fn: Callable[..., Any],
+    *,
+    producer: Producer | None,
+    name: str | None,
+    pool: str,
+    no_retry: Iterable[type[BaseException]],
+    **options: Any,
+) -> Task:
+    if not callable(fn):
+        raise TypeError(f"a task must be a function, not {fn!r}")
+    if pool not in POOLS:
+        raise errors.ConfigError(f"pool must be one of {', '.join(POOLS)}, not {pool!r}")
+    task_name = payload.check_task(name or f"{fn.__module__}.{fn.__qualname__}")
+    context_param = _context_parameter(fn)
+    if pool == "process" and (inspect.iscoroutinefunction(fn) or context_param):
+        raise errors.ConfigError(
+            f"task {task_name}: process-pool tasks must be plain functions without a Context"
+        )
+    return Task(
+        fn=fn,
+        name=task_name,
+        options_=Options(**options),
+        producer=producer,
+        no_retry=tuple(no_retry),
+        pool=pool,
+        context_param=context_param,
+    )
+
+
+class Registry:
+    """Task name -> Task."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, Task] = {}
+
+    def add(self, task: Task) -> None:
+        existing = self._tasks.get(task.name)
+        if existing is not None and existing.fn is not task.fn:
+            raise errors.ConfigError(f"two different functions are registered as {task.name}")
+        self._tasks[task.name] = task
+
+    def get(self, name: str) -> Task:
+        try:
+            return self._tasks[name]
+        except KeyError:
+            raise errors.UnknownTask(f"no task named {name!r} is registered") from None
+
+    def names(self) -> list[str]:
+        return sorted(self._tasks)
+
+    def queues(self) -> list[str]:
+        return sorted({t.options_.queue for t in self._tasks.values()})
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tasks
+
+    def __len__(self) -> int:
+        return len(self._tasks)

@@ -1,0 +1,525 @@
+"""The worker: one process, one session, N slots.
+
+```
+ main thread   ── claim (free slots, one batch) ─▶ start ─▶ outcomes ─▶ acknowledge (batch) ─┐
+                 ▲                                                                            │
+                 └──────────────── wait for an outcome or the poll interval ◀─────────────────┘
+ heartbeat     ── every heartbeat_interval, own store and connection: extend the session,
+                  learn which claims to stop (cancelled, timed out, superseded) and
+                  whether the session is gone
+ streamer      ── every 50 ms: write buffered stream events and progress, fenced
+ janitor       ── every janitor_interval: maintenance while holding the lease
+```
+
+The worker never goes on working under a dead session: when the heartbeat learns the
+session is gone — or cannot renew it for longer than the session expiry, by the local
+monotonic clock — every running task is stopped, their results are discarded (the store
+would refuse them anyway), and a new session is opened.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from plunder import errors, payload, policy
+from plunder.app import App
+from plunder.context import Context
+from plunder.execution import AsyncRunner, Handle, Outcome, ProcessRunner, ThreadRunner
+from plunder.janitor import Janitor
+from plunder.model import AckResult, Claim, Completion, ErrorInfo, Failure, JobRecord, Session
+from plunder.states import Outcome as RunOutcome
+from plunder.store import Store, open_store
+
+log = logging.getLogger("plunder.worker")
+STREAM_INTERVAL = 0.05
+ACK_BATCH = 200
+RECONNECT_CAP = 5.0
+
+
+@dataclass(frozen=True)
+class _Stop:
+    """Posted by the heartbeat thread to wake the main loop: forget these claims (their
+    tasks were already told to stop), or look at a lost session."""
+
+    claims: tuple[Claim, ...] = ()
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    queues: tuple[str, ...] | None = None  # None: every queue the app's tasks use
+    concurrency: int = 4
+    name: str | None = None
+    janitor: bool = True
+    grace: float = 30.0
+    pool: str | None = None  # "process" runs every plain-function task in a process
+
+
+class Worker:
+    def __init__(self, app: App, options: WorkerOptions | None = None) -> None:
+        self.app = app
+        self.options = options or WorkerOptions()
+        if self.options.concurrency < 1:
+            raise errors.ConfigError("concurrency must be at least 1")
+        if not len(app.registry):
+            raise errors.ConfigError("the app has no tasks: nothing to work on")
+        self.settings = app.settings
+        self.name = self.options.name or f"{socket.gethostname()}:{os.getpid()}"
+        self.queues = list(self.options.queues or app.registry.queues())
+        self.tasks = app.registry.names()
+        self.store: Store = app.store
+        self.session: Session | None = None
+        self._outcomes: queue.Queue[Outcome | _Stop] = queue.Queue()
+        self._last_beat = time.monotonic()
+        self._threads = ThreadRunner(self._outcomes)
+        self._async = AsyncRunner(self._outcomes)
+        self._processes = ProcessRunner(self._outcomes)
+        self._running: dict[int, Handle] = {}
+        self._deadlines: dict[int, float] = {}
+        self._lock = threading.Lock()
+        self._completions: list[Completion] = []
+        self._failures: list[Failure] = []
+        self._stop = threading.Event()  # stop claiming, drain, exit
+        self._halt = threading.Event()  # second signal: exit at once
+        self._session_lost = threading.Event()
+        self._services_stop = threading.Event()
+        self._services: list[threading.Thread] = []
+        self.stats = {"claimed": 0, "succeeded": 0, "failed": 0, "stale": 0, "sessions": 0}
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def run(self, *, install_signals: bool = True) -> None:
+        """Work until asked to stop (SIGTERM/SIGINT, or ``stop()``)."""
+        if install_signals:
+            self._install_signals()
+        self._open_session()
+        self._start_services()
+        log.info(
+            "worker %s: queues %s, tasks %s, concurrency %d",
+            self.name,
+            ",".join(self.queues),
+            ",".join(self.tasks),
+            self.options.concurrency,
+        )
+        try:
+            while not self._stop.is_set():
+                self.step()
+            self._drain()
+        finally:
+            self._close()
+
+    def stop(self, *, graceful: bool = True) -> None:
+        if not graceful:
+            self._halt.set()
+        self._stop.set()
+
+    def _install_signals(self) -> None:
+        def handler(signum: int, frame: FrameType | None) -> None:
+            if self._stop.is_set():
+                log.warning(
+                    "second signal: stopping at once; running jobs will be rescued "
+                    "when this session expires"
+                )
+                self._halt.set()
+            else:
+                log.info(
+                    "signal %d: finishing running jobs (grace %.0fs), claiming no more",
+                    signum,
+                    self.options.grace,
+                )
+                self._stop.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def _open_session(self) -> None:
+        backoff = 0.1
+        while not self._halt.is_set():
+            try:
+                self.session = self.store.session_open(
+                    name=self.name,
+                    host=socket.gethostname(),
+                    pid=os.getpid(),
+                    queues=self.queues,
+                    expiry=self.settings.session_expiry,
+                )
+                self._last_beat = time.monotonic()
+                self.stats["sessions"] += 1
+                log.info("session %s opened", self.session.id)
+                return
+            except errors.StoreError as exc:
+                log.warning("cannot open a session (%s); retrying in %.1fs", exc, backoff)
+                self._halt.wait(backoff)
+                backoff = min(backoff * 2, RECONNECT_CAP)
+
+    def _start_services(self) -> None:
+        beat_store = open_store(
+            self.settings.url, pool_size=1, application_name="plunder:heartbeat"
+        )
+        self._services = [
+            threading.Thread(
+                target=self._heartbeat_loop,
+                args=(beat_store,),
+                name="plunder-heartbeat",
+                daemon=True,
+            ),
+            threading.Thread(target=self._stream_loop, name="plunder-streamer", daemon=True),
+        ]
+        if self.options.janitor:
+            janitor = Janitor(self.store, self.settings, holder=f"{self.name}:{id(self):x}")
+            self._services.append(
+                threading.Thread(
+                    target=janitor.run,
+                    args=(self._services_stop,),
+                    name="plunder-janitor",
+                    daemon=True,
+                )
+            )
+        for thread in self._services:
+            thread.start()
+
+    # -- one turn of the loop -------------------------------------------------------------
+    def step(self) -> None:
+        if self._session_lost.is_set():
+            self._renew_session()
+        self._collect(block=False)
+        self._enforce_deadlines()
+        self._acknowledge()
+        free = self.options.concurrency - len(self._running)
+        claimed = self._claim(free) if free > 0 and not self._stop.is_set() else 0
+        if claimed and claimed == free:
+            return  # full: go straight to waiting for outcomes on the next turn
+        if claimed:
+            return  # there may be more work right now
+        self._collect(block=True, timeout=self._wait_time())
+
+    def _wait_time(self) -> float:
+        wait = self.settings.poll_interval
+        if self._deadlines:
+            wait = min(wait, max(0.0, min(self._deadlines.values()) - time.monotonic()))
+        return wait
+
+    def _claim(self, free: int) -> int:
+        assert self.session is not None
+        try:
+            jobs = self.store.job_claim_many(
+                self.session.id, queues=self.queues, tasks=self.tasks, limit=free
+            )
+        except errors.SessionGone:
+            self._session_lost.set()
+            return 0
+        except errors.StoreError as exc:
+            log.warning("claim failed: %s", exc)
+            self._stop.wait(min(self.settings.poll_interval, RECONNECT_CAP))
+            return 0
+        for job in jobs:
+            self._start(job)
+        self.stats["claimed"] += len(jobs)
+        return len(jobs)
+
+    def _start(self, job: JobRecord) -> None:
+        task = self.app.registry.get(job.task)
+        ctx = Context(job, self.store)
+        handle = Handle(job=job, task=task, ctx=ctx)
+        with self._lock:
+            self._running[job.id] = handle
+        if job.timeout is not None:
+            self._deadlines[job.id] = time.monotonic() + job.timeout
+        try:
+            self._runner(task).start(handle)
+        except Exception as exc:  # could not even start: the job fails with why
+            self._outcomes.put(Outcome(job, False, error=exc))
+
+    def _runner(self, task: Any) -> ThreadRunner | AsyncRunner | ProcessRunner:
+        if task.is_async:
+            return self._async
+        if task.pool == "process" or self.options.pool == "process":
+            return self._processes
+        return self._threads
+
+    # -- outcomes -------------------------------------------------------------------------
+    def _collect(self, *, block: bool, timeout: float = 0.0) -> None:
+        try:
+            first = self._outcomes.get(block=block, timeout=timeout if block else None)
+        except queue.Empty:
+            return
+        self._record(first)
+        while True:  # take everything else that is ready: it goes out in the same batch
+            try:
+                self._record(self._outcomes.get_nowait())
+            except queue.Empty:
+                return
+
+    def _record(self, outcome: Outcome | _Stop) -> None:
+        if isinstance(outcome, _Stop):
+            for claim in outcome.claims:
+                handle = self._running.get(claim.job_id)
+                if handle is not None and handle.job.attempt == claim.attempt:
+                    self._forget(claim.job_id)
+            return
+        handle = self._running.get(outcome.job.id)
+        if handle is None or handle.job.attempt != outcome.job.attempt:
+            return  # stopped earlier (cancelled, timed out, session lost): discard
+        self._forget(outcome.job.id)
+        self._flush_stream(handle)
+        if handle.ctx.acknowledged:
+            self._store_result(handle, outcome)
+        elif outcome.ok:
+            self._succeeded(handle, outcome.result)
+        else:
+            self._failed(handle, outcome)
+
+    def _succeeded(self, handle: Handle, result: Any) -> None:
+        try:
+            payload.encode(result, what=f"result of {handle.task.name}")
+        except errors.PayloadError as exc:
+            self._failures.append(self._failure(handle, ErrorInfo.from_exception(exc), None))
+            return
+        self._completions.append(
+            Completion(handle.job.claim, result, logs=tuple(handle.ctx.log_lines))
+        )
+
+    def _failed(self, handle: Handle, outcome: Outcome) -> None:
+        exc = outcome.error
+        info = outcome.error_info or ErrorInfo.from_exception(exc or RuntimeError("unknown"))
+        retry = exc is None or handle.task.should_retry(exc)
+        if isinstance(exc, TypeError) and "do not fit task" in str(exc):
+            retry = False  # the arguments will not fit next time either
+        job = handle.job
+        delay = policy.retry_delay(job.attempt, job.backoff_base, job.backoff_cap)
+        self._failures.append(self._failure(handle, info, delay if retry else None))
+        log.info(
+            "job %d (%s) attempt %d failed: %s: %s",
+            job.id,
+            job.task,
+            job.attempt,
+            info.type,
+            info.message,
+        )
+
+    def _failure(
+        self,
+        handle: Handle,
+        info: ErrorInfo,
+        delay: float | None,
+        outcome: RunOutcome = RunOutcome.FAILED,
+    ) -> Failure:
+        return Failure(
+            handle.job.claim,
+            info,
+            retry_delay=delay,
+            logs=tuple(handle.ctx.log_lines),
+            outcome=outcome,
+        )
+
+    def _store_result(self, handle: Handle, outcome: Outcome) -> None:
+        """The task acknowledged itself in ``ctx.transaction()``; keep its return value."""
+        if not outcome.ok:
+            log.error(
+                "job %d raised after its transaction acknowledged it: %r",
+                handle.job.id,
+                outcome.error,
+            )
+            return
+        try:
+            self.store.job_result_set(handle.job.claim, outcome.result)
+        except errors.PlunderError as exc:
+            log.error("job %d: could not store its result: %s", handle.job.id, exc)
+
+    def _acknowledge(self) -> None:
+        while self._completions:
+            done = self._completions[:ACK_BATCH]
+            del self._completions[:ACK_BATCH]
+            self._send(functools.partial(self.store.job_complete_many, done), "succeeded")
+        while self._failures:
+            failed = self._failures[:ACK_BATCH]
+            del self._failures[:ACK_BATCH]
+            self._send(functools.partial(self.store.job_fail_many, failed), "failed")
+
+    def _send(self, call: Callable[[], AckResult], kind: str) -> None:
+        backoff = 0.05
+        while True:
+            try:
+                ack = call()
+                break
+            except errors.StoreError as exc:
+                if self._session_lost.is_set() or self._halt.is_set():
+                    return  # the store will refuse them anyway
+                log.warning("acknowledgement failed (%s); retrying in %.2fs", exc, backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, RECONNECT_CAP)
+        self.stats[kind] += len(ack.accepted)
+        self.stats["stale"] += len(ack.stale)
+        for claim in ack.stale:
+            log.warning(
+                "job %d attempt %d: result refused, the claim is no longer current "
+                "(cancelled, timed out or rescued elsewhere)",
+                claim.job_id,
+                claim.attempt,
+            )
+
+    # -- stopping jobs --------------------------------------------------------------------
+    def _forget(self, job_id: int) -> Handle | None:
+        with self._lock:
+            handle = self._running.pop(job_id, None)
+        self._deadlines.pop(job_id, None)
+        return handle
+
+    def _stop_job(self, handle: Handle, reason: str) -> None:
+        self._runner(handle.task).stop(handle, reason)
+
+    def _enforce_deadlines(self) -> None:
+        now = time.monotonic()
+        for job_id in [j for j, deadline in self._deadlines.items() if deadline <= now]:
+            handle = self._forget(job_id)
+            if handle is None:
+                continue
+            self._stop_job(handle, "timed out")
+            job = handle.job
+            info = ErrorInfo(
+                "plunder.JobTimeout",
+                f"the job ran past its timeout of {job.timeout}s and was stopped",
+            )
+            delay = 0.0 if job.retry_on_timeout else None
+            self._failures.append(self._failure(handle, info, delay, RunOutcome.TIMED_OUT))
+            log.warning("job %d (%s) timed out after %ss", job.id, job.task, job.timeout)
+
+    def stop_claims(self, claims: Sequence[Claim], reason: str) -> None:
+        """Stop the tasks of claims the store says are no longer current (from any thread:
+        stopping is thread-safe; the main loop forgets them when it wakes)."""
+        for claim in claims:
+            handle = self._running.get(claim.job_id)
+            if handle is not None and handle.job.attempt == claim.attempt:
+                self._stop_job(handle, reason)
+                log.warning("job %d attempt %d: stopped (%s)", claim.job_id, claim.attempt, reason)
+        self._outcomes.put(_Stop(tuple(claims)))
+
+    # -- heartbeat and session loss -------------------------------------------------------
+    def _heartbeat_loop(self, beat_store: Store) -> None:
+        try:
+            while not self._services_stop.wait(self.settings.heartbeat_interval):
+                self._beat(beat_store)
+        finally:
+            beat_store.close()
+
+    def _beat(self, beat_store: Store) -> None:
+        session = self.session
+        if session is None or self._session_lost.is_set():
+            return
+        with self._lock:
+            claims = [h.job.claim for h in self._running.values()]
+        started = time.monotonic()
+        try:
+            beat = beat_store.session_heartbeat(session.id, claims)
+        except errors.StoreError as exc:
+            silent = time.monotonic() - self._last_beat
+            log.warning("heartbeat failed (%s); last renewed %.1fs ago", exc, silent)
+            if silent > self.settings.session_expiry:
+                log.error(
+                    "session %s could not be renewed for longer than its expiry: "
+                    "assuming it is gone",
+                    session.id,
+                )
+                self._lose_session()
+            return
+        if not beat.alive:
+            log.error("session %s is gone (expired or closed by the database clock)", session.id)
+            self._lose_session()
+            return
+        # trust starts from when the renewal was sent, never from when a slow one returned
+        self._last_beat = started
+        if beat.stop:
+            self.stop_claims(beat.stop, "cancelled, timed out or re-claimed elsewhere")
+
+    def _lose_session(self) -> None:
+        """From the heartbeat thread: stop every task now, then wake the main loop."""
+        self._session_lost.set()
+        with self._lock:
+            handles = list(self._running.values())
+        for handle in handles:
+            self._stop_job(handle, "the worker's session was lost")
+        self._outcomes.put(_Stop())
+
+    def _renew_session(self) -> None:
+        with self._lock:
+            handles = list(self._running.values())
+            self._running.clear()
+        self._deadlines.clear()
+        for handle in handles:
+            self._stop_job(handle, "the worker's session was lost")
+        dropped = len(self._completions) + len(self._failures)
+        self._completions.clear()
+        self._failures.clear()
+        log.error(
+            "SESSION LOST: stopped %d running tasks and discarded %d unacknowledged "
+            "results; their jobs will run again elsewhere. Opening a new session.",
+            len(handles),
+            dropped,
+        )
+        self._session_lost.clear()
+        self._open_session()
+
+    # -- streams --------------------------------------------------------------------------
+    def _stream_loop(self) -> None:
+        while not self._services_stop.wait(STREAM_INTERVAL):
+            with self._lock:
+                handles = list(self._running.values())
+            for handle in handles:
+                self._flush_stream(handle)
+
+    def _flush_stream(self, handle: Handle) -> None:
+        try:
+            handle.ctx.flush()
+        except errors.StaleClaim:
+            log.warning("job %d: stream refused, claim no longer current", handle.job.id)
+        except errors.StoreError as exc:
+            log.warning("job %d: stream write failed (%s); will retry", handle.job.id, exc)
+
+    # -- shutdown -------------------------------------------------------------------------
+    def _drain(self) -> None:
+        """Graceful: let running tasks finish within the grace period, then release."""
+        deadline = time.monotonic() + self.options.grace
+        while self._running and not self._halt.is_set() and time.monotonic() < deadline:
+            if self._session_lost.is_set():
+                self._renew_session()
+                break
+            self._collect(block=True, timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+            self._enforce_deadlines()
+            self._acknowledge()
+        if self._halt.is_set():
+            return
+        self._acknowledge()
+        with self._lock:
+            left = list(self._running.values())
+        for handle in left:
+            self._forget(handle.job.id)
+            self._stop_job(handle, "the worker is shutting down")
+
+    def _close(self) -> None:
+        self._services_stop.set()
+        if self._halt.is_set():
+            log.warning(
+                "stopped at once; session %s will expire and its jobs be rescued",
+                self.session.id if self.session else "?",
+            )
+            return
+        for thread in self._services:
+            thread.join(timeout=5)
+        if self.session is not None:
+            try:
+                released = self.store.session_close(self.session.id)
+                log.info(
+                    "session %s closed; %d unfinished jobs released", self.session.id, len(released)
+                )
+            except errors.StoreError as exc:
+                log.warning("could not close session (it will expire): %s", exc)
+        self._async.close()

@@ -1,0 +1,132 @@
+"""The named-query files: both dialects name the same queries with the same parameters, the
+PostgreSQL SQL stays within what CockroachDB and pgbouncer accept, and the parser is strict."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from plunder.store import queries
+
+DIALECTS = ("sqlite", "postgres")
+SQLITE_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+PG_PARAM = re.compile(r"%\((\w+)\)s")
+
+
+def code(sql: str) -> str:
+    """SQL without ``--`` comments (which may mention parameters and forbidden words)."""
+    return re.sub(r"--[^\n]*", "", sql)
+
+
+def sqlite_params(sql: str) -> set[str]:
+    return set(SQLITE_PARAM.findall(code(sql)))
+
+
+def pg_params(sql: str) -> set[str]:
+    return set(PG_PARAM.findall(code(sql)))
+
+
+def test_both_dialects_parse_and_name_the_same_queries() -> None:
+    sqlite, postgres = queries.load("sqlite"), queries.load("postgres")
+    assert len(sqlite) > 30
+    assert set(sqlite) - set(postgres) == set()
+    assert set(postgres) - set(sqlite) == set()
+
+
+@pytest.mark.parametrize("name", sorted(queries.load("sqlite")))
+def test_each_query_takes_the_same_parameters_in_both_dialects(name: str) -> None:
+    sqlite, postgres = queries.load("sqlite")[name], queries.load("postgres")[name]
+    assert sqlite_params(sqlite) == pg_params(postgres)
+
+
+def test_parameter_extraction_ignores_casts_and_comments() -> None:
+    assert sqlite_params("SELECT :a, x::int -- :b\nWHERE y = :c_1") == {"a", "c_1"}
+    assert pg_params("SELECT %(a)s::text[] -- %(b)s\n, %(c)s") == {"a", "c"}
+    assert sqlite_params("SELECT json_insert(x, '$[#]', :sid)") == {"sid"}
+
+
+@pytest.mark.parametrize("name", sorted(queries.load("postgres")))
+def test_postgres_queries_have_no_stray_percent_signs(name: str) -> None:
+    """psycopg reads every % in the text (comments included) as a placeholder."""
+    sql = queries.load("postgres")[name]
+    assert "%" not in PG_PARAM.sub("", sql)
+
+
+FORBIDDEN = re.compile(
+    r"\b(LISTEN|NOTIFY|UNLISTEN|pg_notify|pg_(try_)?advisory\w*|UNLOGGED|TRIGGER)\b",
+    re.IGNORECASE,
+)
+
+
+def postgres_sql() -> dict[str, str]:
+    texts = {f"queries.sql:{n}": sql for n, sql in queries.load("postgres").items()}
+    texts["schema.sql"] = queries.schema("postgres")
+    texts.update({file: sql for _, file, sql in queries.migrations("postgres")})
+    return texts
+
+
+@pytest.mark.parametrize("where", sorted(postgres_sql()))
+def test_postgres_sql_uses_no_notify_advisory_locks_unlogged_tables_or_triggers(
+    where: str,
+) -> None:
+    """None of them survives pgbouncer's transaction pooling or CockroachDB, and an
+    immediate shutdown empties UNLOGGED tables."""
+    assert FORBIDDEN.findall(code(postgres_sql()[where])) == []
+
+
+def test_the_forbidden_words_are_found() -> None:
+    for sql in [
+        "LISTEN plunder",
+        "SELECT pg_notify('c', 'x')",
+        "SELECT pg_advisory_xact_lock(1)",
+        "SELECT pg_try_advisory_lock(1)",
+        "CREATE UNLOGGED TABLE t (x int)",
+        "CREATE TRIGGER t AFTER INSERT ON x FOR EACH ROW EXECUTE FUNCTION f()",
+    ]:
+        assert FORBIDDEN.findall(code(sql)), sql
+    assert FORBIDDEN.findall(code("-- no LISTEN here\nSELECT 1")) == []
+
+
+def test_migrations_are_numbered_from_one_in_both_dialects() -> None:
+    for dialect in DIALECTS:
+        found = queries.migrations(dialect)
+        assert [version for version, _, _ in found] == list(range(1, len(found) + 1))
+    assert len(queries.migrations("sqlite")) == len(queries.migrations("postgres"))
+
+
+# -- the parser ---------------------------------------------------------------------------------
+def test_parse_keeps_documentation_and_drops_the_semicolon() -> None:
+    parsed = queries.parse(
+        "-- header, not a query\n\n-- name: one\n-- what it does\nSELECT 1;\n\n"
+        "-- name: two\nSELECT 2\nFROM t;\n"
+    )
+    assert parsed == {"one": "-- what it does\nSELECT 1", "two": "SELECT 2\nFROM t"}
+
+
+def test_parse_rejects_a_query_defined_twice() -> None:
+    with pytest.raises(ValueError, match="twice"):
+        queries.parse("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;\n")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "-- name: a\n-- name: b\nSELECT 1;\n",
+        "-- name: a\n;\n",
+        "-- name: a\n   \n",
+        "-- name: a\n-- only documentation, no SQL\n-- name: b\nSELECT 1;\n",
+    ],
+)
+def test_parse_rejects_an_empty_query(text: str) -> None:
+    with pytest.raises(ValueError, match="empty"):
+        queries.parse(text)
+
+
+def test_statements_split_a_script_at_line_end_semicolons() -> None:
+    script = "-- comment;\nCREATE TABLE a (x INT);\nCREATE INDEX i\n    ON a (x);\n\nSELECT 1"
+    assert queries.statements(script) == [
+        "CREATE TABLE a (x INT)",
+        "CREATE INDEX i\n    ON a (x)",
+        "SELECT 1",
+    ]

@@ -1,0 +1,85 @@
+"""The guarded updates in both dialects' SQL encode exactly the source states of
+plunder.states.TRANSITIONS."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from plunder import states
+from plunder.states import Status
+from plunder.store import queries
+
+# operation in TRANSITIONS -> the query whose WHERE clause guards it
+GUARDED = {
+    "claim": "job_claim_many",
+    "complete": "job_complete",
+    "fail": "job_fail",
+    "lose": "job_lose_many",
+    "time_out": "job_timeout_many",
+    "release": "job_release",
+    "cancel": "job_cancel",
+    "retry": "job_retry",
+}
+
+# a condition on the status column after WHERE or AND: status = 'x' or status IN ('x', 'y');
+# a SET clause (status = CASE …, status = 'running') never follows WHERE or AND
+GUARD = re.compile(
+    r"\b(?:WHERE|AND)\s+(?:\w+\.)?status\s*(?:=\s*'(\w+)'|IN\s*\(([^)]*)\))", re.IGNORECASE
+)
+
+
+def guard_states(sql: str) -> frozenset[str]:
+    sql = re.sub(r"--[^\n]*", "", sql)
+    found = GUARD.findall(sql)
+    assert len(found) == 1, f"expected one status guard, found {found}"
+    single, listed = found[0]
+    names = [single] if single else re.findall(r"'(\w+)'", listed)
+    return frozenset(names)
+
+
+def test_every_transition_has_a_guarded_query() -> None:
+    assert set(GUARDED) == set(states.TRANSITIONS)
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+@pytest.mark.parametrize("operation", sorted(GUARDED))
+def test_the_sql_guard_matches_the_transition_table(dialect: str, operation: str) -> None:
+    sql = queries.load(dialect)[GUARDED[operation]]
+    sources, _ = states.TRANSITIONS[operation]
+    assert guard_states(sql) == {s.value for s in sources}
+
+
+def test_the_guard_parser_reads_single_and_listed_states_and_skips_set_clauses() -> None:
+    sql = (
+        "UPDATE j SET status = 'running' -- WHERE status = 'nope'\n"
+        "WHERE id = 1 AND j.status IN ('failed', 'cancelled')"
+    )
+    assert guard_states(sql) == {"failed", "cancelled"}
+    assert guard_states("UPDATE j SET status = 'x' WHERE status = 'pending'") == {"pending"}
+    with pytest.raises(AssertionError):
+        guard_states("UPDATE j SET status = 'x' WHERE id = 1")  # an unguarded update
+
+
+def test_terminal_and_active_states_partition_the_states() -> None:
+    assert set(Status) == states.TERMINAL | states.ACTIVE
+    assert set() == states.TERMINAL & states.ACTIVE
+    assert all(states.is_terminal(s) for s in states.TERMINAL)
+    assert not any(states.is_terminal(s) for s in states.ACTIVE)
+
+
+def test_every_transition_starts_outside_the_terminal_states_except_retry() -> None:
+    for operation, (sources, target) in states.TRANSITIONS.items():
+        if operation == "retry":
+            assert sources <= states.TERMINAL and target == Status.PENDING
+        else:
+            assert sources <= states.ACTIVE, operation
+
+
+def test_allowed_reads_the_table() -> None:
+    assert states.allowed("cancel", "pending") and states.allowed("cancel", Status.RUNNING)
+    assert not states.allowed("cancel", "succeeded")
+    assert states.allowed("retry", "timed_out") and not states.allowed("retry", "running")
+    with pytest.raises(ValueError):
+        states.allowed("claim", "bogus")

@@ -1,0 +1,228 @@
+"""The JSON codec round-trips every JSON value and refuses, with a message that names the
+payload, anything that would not come back the same; names are validated strictly."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from plunder import errors, payload
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=10), children, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+@given(json_values)
+def test_encode_then_decode_round_trips(value: Any) -> None:
+    text = payload.encode(value)
+    assert payload.decode(text) == value
+    assert payload.parse(text) == value
+    assert payload.encode(payload.decode(text)) == text  # stable, key order kept
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "nul\x00inside",
+        {"\x00": "\x00"},
+        "żółć — 日本語 — 🦀",
+        ["\u2028", "\ufeff", "\U0010ffff"],
+        {"b": 1, "a": 2},  # key order is kept
+        -0.0,
+        1e308,
+        2**100,
+        "",
+        [],
+        {},
+    ],
+)
+def test_awkward_but_valid_values_round_trip(value: Any) -> None:
+    text = payload.encode(value)
+    back = payload.decode(text)
+    assert back == value and type(back) is type(value)
+    if isinstance(value, dict):
+        assert list(back) == list(value)
+
+
+def test_nul_is_stored_escaped_and_non_ascii_text_as_is() -> None:
+    text = payload.encode(["a\x00b", "é"])
+    assert "\x00" not in text  # PostgreSQL text columns reject NUL
+    assert text == '["a\\u0000b","é"]'
+
+
+def test_decode_of_none_is_none() -> None:
+    assert payload.decode(None) is None
+    assert payload.encode(None) == "null"
+
+
+class Opaque:
+    pass
+
+
+def nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def circular() -> list[Any]:
+    value: list[Any] = []
+    value.append(value)
+    return value
+
+
+REFUSED = {
+    "nan": (math.nan, "JSON-serializable"),
+    "infinity": ([1.0, math.inf], "JSON-serializable"),
+    "-infinity": ({"x": -math.inf}, "JSON-serializable"),
+    "lone-high-surrogate": ("\ud800", "not valid Unicode"),
+    "lone-low-surrogate": (["ok", "lone \udfff surrogate"], "not valid Unicode"),
+    "surrogate-key": ({"\ud83d": 1}, "not valid Unicode"),
+    "object": (Opaque(), "JSON-serializable"),
+    "set": ({1, 2}, "JSON-serializable"),
+    "bytes": (b"bytes", "JSON-serializable"),
+    "datetime": (datetime(2024, 1, 1), "JSON-serializable"),
+    "tuple-key": ({(1, 2): "tuple key"}, "JSON-serializable"),
+    "circular": (circular(), "JSON-serializable"),
+    "huge-int": (10**5000, "JSON-serializable"),
+    "one-too-deep": (nested(payload.MAX_NESTING + 1), "nested"),
+    "too-deep-in-dict": ({"a": nested(payload.MAX_NESTING)}, "nested"),
+    "absurdly-deep": (nested(100_000), "nested"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_values_that_cannot_round_trip_are_refused_naming_what(case: str) -> None:
+    value, why = REFUSED[case]
+    with pytest.raises(errors.PayloadError, match=why) as caught:
+        payload.encode(value, what="arguments of billing.charge")
+    assert "arguments of billing.charge" in str(caught.value)
+
+
+def test_oversized_payloads_are_refused_naming_what() -> None:
+    with pytest.raises(errors.PayloadError, match="result of job 7") as caught:
+        payload.encode("x" * 100, what="result of job 7", limit=50)
+    assert "102 bytes" in str(caught.value)
+    assert payload.encode("x" * 48, limit=50) == '"' + "x" * 48 + '"'
+    with pytest.raises(errors.PayloadError, match="limit"):
+        payload.encode("é" * 30, limit=50)  # the limit counts UTF-8 bytes, not characters
+    with pytest.raises(errors.PayloadError, match="limit"):
+        payload.encode("x" * payload.MAX_PAYLOAD_BYTES)
+
+
+def test_the_nesting_limit_is_exact() -> None:
+    deepest = nested(payload.MAX_NESTING)
+    assert payload.decode(payload.encode(deepest)) == deepest
+    wide = [[i] for i in range(payload.MAX_NESTING * 3)]  # many brackets, shallow
+    assert payload.decode(payload.encode(wide)) == wide
+
+
+def test_an_accepted_payload_decodes_from_a_deep_call_stack() -> None:
+    """A worker decodes jobs deep inside its own call stack; whatever encode accepted must
+    still decode there (Python's decoder recurses once per nesting level)."""
+    text = payload.encode(nested(payload.MAX_NESTING))
+
+    def deep(frames: int) -> Any:
+        return deep(frames - 1) if frames else payload.decode(text)
+
+    assert deep(500) == nested(payload.MAX_NESTING)
+
+
+@pytest.mark.parametrize("text", ["NaN", "[1, Infinity]", '{"x": -Infinity}', "[NaN]"])
+def test_parse_rejects_nan_and_infinity_literals(text: str) -> None:
+    with pytest.raises(errors.PayloadError, match="not allowed") as caught:
+        payload.parse(text, what="ARGS_JSON")
+    assert "ARGS_JSON" in str(caught.value)
+
+
+@pytest.mark.parametrize("text", ["", "{", "[1,]", "{'a': 1}", "undefined", '"\\x41"', "[1] 2"])
+def test_parse_rejects_invalid_json(text: str) -> None:
+    with pytest.raises(errors.PayloadError, match="ARGS_JSON is not valid JSON"):
+        payload.parse(text, what="ARGS_JSON")
+
+
+def test_parse_rejects_absurd_nesting() -> None:
+    with pytest.raises(errors.PayloadError, match="nested too deeply"):
+        payload.parse("[" * 100_000 + "]" * 100_000, what="body")
+
+
+def test_parse_accepts_strict_json() -> None:
+    assert payload.parse('{"a": [1, 2.5, "\\u00e9", null, true]}') == {
+        "a": [1, 2.5, "é", None, True]
+    }
+    assert json.loads(payload.encode(payload.parse('"\\u0000"'))) == "\x00"
+
+
+# -- names ----------------------------------------------------------------------------------
+HOSTILE = [
+    "alpha/../beta",
+    "alpha%",
+    "alpha ",
+    " alpha",
+    "alpha\x00beta",
+    "alpha\n",
+    "\u0430lpha",  # a Cyrillic a (U+0430) in front
+    "alpha*",
+    "al'pha",
+    "",
+    "a" * 129,
+]
+
+
+@pytest.mark.parametrize("name", ["alpha", "alpha_", "a", "0queue", "a.b:c-d_e", "a" * 128])
+def test_check_queue_accepts_plain_names(name: str) -> None:
+    assert payload.check_queue(name) == name
+
+
+@pytest.mark.parametrize("name", [*HOSTILE, "_alpha", "-alpha", None, 42, b"alpha"])
+def test_check_queue_rejects_hostile_names(name: Any) -> None:
+    with pytest.raises(errors.InvalidName, match="invalid queue name"):
+        payload.check_queue(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["alpha", "alpha_", "_private", "billing.charge", "mod:func", "a-b", "a" * 200]
+)
+def test_check_task_accepts_plain_names(name: str) -> None:
+    assert payload.check_task(name) == name
+
+
+@pytest.mark.parametrize("name", [*HOSTILE[:-1], "0task", "-task", "a" * 201, None, 3.5])
+def test_check_task_rejects_hostile_names(name: Any) -> None:
+    with pytest.raises(errors.InvalidName, match="invalid task name"):
+        payload.check_task(name)
+
+
+@pytest.mark.parametrize(
+    "key", ["order-42", "alpha ", "alpha/../beta", "\u0430lpha", "100%", "🦀", "k" * 256]
+)
+def test_check_key_accepts_any_printable_text(key: str) -> None:
+    assert payload.check_key(key) == key
+
+
+def test_check_key_passes_none_through() -> None:
+    assert payload.check_key(None) is None
+
+
+@pytest.mark.parametrize(
+    "key", ["", "k" * 257, "alpha\x00beta", "line\nbreak", "tab\t", "\ud800", "\x1b[31m", 42]
+)
+def test_check_key_rejects_empty_long_or_unprintable_keys(key: Any) -> None:
+    with pytest.raises(errors.InvalidName, match="invalid idempotency key"):
+        payload.check_key(key)

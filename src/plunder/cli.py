@@ -1,0 +1,540 @@
+"""The ``plunder`` command: parses, wires, prints, exits. Nothing imports it.
+
+A user mistake (a bad URL, an unknown job, malformed JSON, an unreachable database) prints
+one line on stderr and exits non-zero; a traceback means a bug in plunder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from enum import Enum
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from plunder import config, errors, payload
+from plunder.app import App, Job
+from plunder.model import JobRecord, Run
+from plunder.store import Store, open_store
+from plunder.worker import Worker, WorkerOptions
+
+F = TypeVar("F", bound=Callable[..., Any])
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+CLI_STORE: dict[str, Any] = {
+    "busy_total": 5.0,
+    "connect_timeout": 5.0,
+    "pool_size": 2,
+    "application_name": "plunder:cli",
+}
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(_plain(value), indent=2, ensure_ascii=False))
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn plunder's errors into one line and exit status 1."""
+    try:
+        yield
+    except errors.PlunderError as exc:
+        err.print(f"[red]error:[/red] {exc}", markup=True, soft_wrap=True)
+        sys.exit(1)
+    except (ValueError, TypeError) as exc:
+        err.print(f"[red]error:[/red] {exc}", markup=True, soft_wrap=True)
+        sys.exit(1)
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
+
+
+class State:
+    def __init__(self, url: str, explicit: bool) -> None:
+        self.url = url
+        self.explicit = explicit
+        self._store: Store | None = None
+
+    def store(self, *, migrate: bool = False) -> Store:
+        if self._store is None:
+            store = open_store(self.url, **CLI_STORE)
+            store.migrate() if migrate else store.schema_check()
+            self._store = store
+        return self._store
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--db",
+    envvar="PLUNDER_URL",
+    default=config.DEFAULT_URL,
+    show_default=True,
+    help="Database URL (sqlite:///file.db or postgresql://…); env PLUNDER_URL.",
+)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+@click.version_option(package_name="plunder")
+@click.pass_context
+def main(ctx: click.Context, db: str, log_level: str) -> None:
+    """plunder: a job queue where idle workers steal work from a database."""
+    logging.basicConfig(
+        level=log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    source = ctx.get_parameter_source("db")
+    explicit = source not in (click.core.ParameterSource.DEFAULT, None)
+    ctx.obj = State(db, explicit)
+    ctx.call_on_close(lambda: ctx.obj._store.close() if ctx.obj._store else None)
+
+
+pass_state = click.make_pass_decorator(State)
+
+
+@main.command()
+@pass_state
+def init(state: State) -> None:
+    """Create or migrate plunder's tables."""
+    with user_errors():
+        store = state.store(migrate=True)
+        click.echo(f"{store.url}: plunder schema version {store.schema_check()}")
+
+
+def load_app(spec: str, state: State) -> App:
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter("use -A module:attribute, e.g. -A myproject.jobs:app")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise errors.ConfigError(f"cannot import {module_name}: {exc}") from exc
+    app = getattr(module, attribute, None)
+    if not isinstance(app, App):
+        raise errors.ConfigError(f"{spec} is not a plunder.App (got {type(app).__name__})")
+    if state.explicit:
+        app.configure(url=state.url)
+    return app
+
+
+def interval_options(fn: F) -> F:
+    for name in ("heartbeat-interval", "session-expiry", "poll-interval", "janitor-interval"):
+        env = "PLUNDER_" + name.upper().replace("-", "_")
+        fn = click.option(f"--{name}", type=float, default=None, help=f"Seconds (env {env}).")(fn)
+    return fn
+
+
+@main.command()
+@click.option("-A", "--app", "app_spec", required=True, help="module:attribute of your App.")
+@click.option(
+    "-q",
+    "--queues",
+    default=None,
+    help="Comma-separated queues (default: all queues of the app's tasks).",
+)
+@click.option("-c", "--concurrency", type=click.IntRange(1, 10_000), default=4, show_default=True)
+@click.option(
+    "--pool",
+    type=click.Choice(["thread", "process"]),
+    default=None,
+    help="Run plain-function tasks in threads (default) or child processes.",
+)
+@click.option(
+    "--grace",
+    type=float,
+    default=config.GRACE,
+    show_default=True,
+    help="Seconds running jobs get to finish after SIGTERM.",
+)
+@click.option("--name", default=None, help="Worker name shown in status and run history.")
+@click.option("--no-janitor", is_flag=True, help="Do not take part in janitor duty.")
+@interval_options
+@pass_state
+def worker(
+    state: State,
+    app_spec: str,
+    queues: str | None,
+    concurrency: int,
+    pool: str | None,
+    grace: float,
+    name: str | None,
+    no_janitor: bool,
+    **intervals: float | None,
+) -> None:
+    """Run a worker: claim jobs, run them, acknowledge them."""
+    with user_errors():
+        app = load_app(app_spec, state)
+        app.configure(**intervals)
+        queue_list = tuple(q.strip() for q in queues.split(",") if q.strip()) if queues else None
+        Worker(
+            app,
+            WorkerOptions(
+                queues=queue_list,
+                concurrency=concurrency,
+                name=name,
+                janitor=not no_janitor,
+                grace=grace,
+                pool=pool,
+            ),
+        ).run()
+
+
+@main.command()
+@interval_options
+@pass_state
+def janitor(state: State, **intervals: float | None) -> None:
+    """Run only the janitor (reaping, timeouts, pruning) while holding its lease."""
+    import threading
+
+    from plunder.janitor import Janitor
+
+    with user_errors():
+        settings = config.load(url=state.url).with_overrides(**intervals)
+        stop = threading.Event()
+        import signal
+
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        Janitor(state.store(), settings).run(stop)
+
+
+@main.command()
+@click.argument("task")
+@click.argument("args_json", required=False, default="[]")
+@click.option("--queue", default="default", show_default=True)
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
+@click.option("--delay", type=float, default=0.0, help="Seconds before it may run.")
+@click.option("--key", default=None, help="Idempotency key: one active job per key.")
+@click.option("--retries", type=click.IntRange(0, 999), default=3, show_default=True)
+@click.option("--timeout", type=float, default=None, help="Seconds a run may take.")
+@click.option("--wait", is_flag=True, help="Wait for the result and print it.")
+@click.option("--wait-timeout", type=float, default=None, help="Give up waiting after this.")
+@json_option
+@pass_state
+def enqueue(
+    state: State,
+    task: str,
+    args_json: str,
+    queue: str,
+    priority: int,
+    delay: float,
+    key: str | None,
+    retries: int,
+    timeout: float | None,
+    wait: bool,
+    wait_timeout: float | None,
+    as_json: bool,
+) -> None:
+    """Enqueue TASK with ARGS_JSON: a JSON list (positional) or object (keyword)."""
+    with user_errors():
+        value = payload.parse(args_json, what="ARGS_JSON")
+        if isinstance(value, list):
+            args, kwargs = value, {}
+        elif isinstance(value, dict):
+            args, kwargs = [], value
+        else:
+            raise errors.PayloadError("ARGS_JSON must be a JSON list or object")
+        app = App(state.url, **CLI_STORE)
+        try:
+            job = app.enqueue(
+                task,
+                args,
+                kwargs,
+                queue=queue,
+                priority=priority,
+                delay=delay,
+                key=key,
+                retries=retries,
+                timeout=timeout,
+            )
+            result = _wait(job, wait_timeout) if wait else None
+            record = job.refresh()
+        finally:
+            app.close()
+        if as_json:
+            emit_json({"job": record, "result": result} if wait else record)
+        elif wait:
+            click.echo(json.dumps(result, ensure_ascii=False))
+        else:
+            click.echo(f"job {record.id} {record.status.value} ({record.task} on {record.queue})")
+
+
+def _wait(job: Job, timeout: float | None) -> Any:
+    with err.status(f"waiting for job {job.id}…"):
+        return job.result(timeout=timeout)
+
+
+@main.command()
+@json_option
+@pass_state
+def status(state: State, as_json: bool) -> None:
+    """Queues, live workers and the janitor's holder."""
+    from plunder.janitor import LEASE_NAME
+
+    with user_errors():
+        store = state.store()
+        stats, sessions, lease = (
+            store.queue_stats(),
+            store.session_list(),
+            store.lease_get(LEASE_NAME),
+        )
+        if as_json:
+            emit_json({"queues": stats, "workers": sessions, "janitor": lease})
+            return
+        table = Table(title="queues")
+        for column in (
+            "queue",
+            "pending",
+            "running",
+            "succeeded",
+            "failed",
+            "timed_out",
+            "cancelled",
+            "oldest pending",
+        ):
+            table.add_column(column, justify="left" if column == "queue" else "right")
+        for s in stats:
+            age = "-" if s.oldest_pending_age is None else f"{s.oldest_pending_age:.1f}s"
+            table.add_row(
+                s.queue,
+                *(
+                    str(s.counts[k])
+                    for k in ("pending", "running", "succeeded", "failed", "timed_out", "cancelled")
+                ),
+                age,
+            )
+        out.print(table)
+        workers = Table(title="live workers")
+        for column in ("session", "name", "host", "pid", "queues", "last heartbeat"):
+            workers.add_column(column)
+        for w in sessions:
+            workers.add_row(
+                w.id[:12],
+                w.name,
+                w.host,
+                str(w.pid),
+                ",".join(w.queues),
+                w.heartbeat_at.strftime("%H:%M:%S"),
+            )
+        out.print(workers)
+        holder = "none" if lease is None else f"{lease.holder} (term {lease.term})"
+        out.print(f"janitor lease: {holder}")
+
+
+def _job_row(job: JobRecord) -> list[str]:
+    finished = job.finished_at.strftime("%H:%M:%S") if job.finished_at else "-"
+    return [
+        str(job.id),
+        job.queue,
+        job.task,
+        job.status.value,
+        f"{job.attempt}/{job.max_attempts}",
+        str(job.priority),
+        job.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+        finished,
+    ]
+
+
+@main.command()
+@click.option("--queue", default=None)
+@click.option("--status", "status_", default=None, help="pending, running, succeeded, …")
+@click.option("--task", default=None)
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--after", type=int, default=None, help="Show jobs older than this id.")
+@json_option
+@pass_state
+def jobs(
+    state: State,
+    queue: str | None,
+    status_: str | None,
+    task: str | None,
+    limit: int,
+    after: int | None,
+    as_json: bool,
+) -> None:
+    """List jobs, newest first (page with --after)."""
+    with user_errors():
+        page = state.store().job_list(
+            queue=queue, status=status_, task=task, after=after, limit=limit
+        )
+        if as_json:
+            emit_json({"jobs": page.jobs, "next_after": page.next_after})
+            return
+        table = Table()
+        for column in (
+            "id",
+            "queue",
+            "task",
+            "status",
+            "attempt",
+            "priority",
+            "created",
+            "finished",
+        ):
+            table.add_column(column)
+        for job in page.jobs:
+            table.add_row(*_job_row(job))
+        out.print(table)
+        if page.next_after is not None:
+            out.print(f"more: plunder jobs --after {page.next_after}")
+
+
+def _runs_table(runs: list[Run]) -> Table:
+    table = Table(title="runs")
+    for column in ("attempt", "worker", "host", "pid", "started", "duration", "outcome", "error"):
+        table.add_column(column)
+    for run in runs:
+        duration = "-" if run.duration is None else f"{run.duration:.3f}s"
+        error = "" if not run.error else f"{run.error.get('type')}: {run.error.get('message')}"
+        table.add_row(
+            str(run.attempt),
+            run.worker,
+            run.host,
+            str(run.pid),
+            run.started_at.strftime("%H:%M:%S.%f")[:-3],
+            duration,
+            run.outcome.value if run.outcome else "running",
+            error[:80],
+        )
+    return table
+
+
+@main.command()
+@click.argument("job_id", type=int)
+@click.option("--follow", is_flag=True, help="Print stream events live until the job ends.")
+@json_option
+@pass_state
+def job(state: State, job_id: int, follow: bool, as_json: bool) -> None:
+    """Show one job and its runs."""
+    with user_errors():
+        store = state.store()
+        if follow:
+            _follow(state, job_id, as_json)
+            return
+        record, runs = store.job_get(job_id), store.job_runs(job_id)
+        if as_json:
+            emit_json({"job": record, "runs": runs})
+            return
+        for field in (
+            "id",
+            "queue",
+            "task",
+            "status",
+            "attempt",
+            "max_attempts",
+            "priority",
+            "args",
+            "kwargs",
+            "key",
+            "timeout",
+            "created_at",
+            "run_at",
+            "started_at",
+            "finished_at",
+            "result",
+        ):
+            out.print(f"[bold]{field:>13}[/bold]  {_plain(getattr(record, field))}")
+        if record.error:
+            out.print(
+                f"[bold]{'error':>13}[/bold]  {record.error.get('type')}: "
+                f"{record.error.get('message')}"
+            )
+        out.print(_runs_table(runs))
+
+
+def _follow(state: State, job_id: int, as_json: bool) -> None:
+    app = App(state.url, **CLI_STORE)
+    try:
+        handle = app.job(job_id)
+        for event in handle.stream():
+            if as_json:
+                click.echo(json.dumps(_plain(event), ensure_ascii=False))
+            elif event.kind == "chunk":
+                click.echo(
+                    event.data if isinstance(event.data, str) else json.dumps(event.data), nl=False
+                )
+            else:
+                err.print(f"[dim]progress {event.data}[/dim]")
+        final = handle.refresh()
+        if not as_json:
+            click.echo()
+            err.print(f"job {job_id} {final.status.value}")
+    finally:
+        app.close()
+
+
+@main.command()
+@click.argument("job_id", type=int)
+@json_option
+@pass_state
+def cancel(state: State, job_id: int, as_json: bool) -> None:
+    """Cancel a pending or running job."""
+    with user_errors():
+        record = state.store().job_cancel(job_id)
+        emit_json(record) if as_json else click.echo(f"job {job_id} {record.status.value}")
+
+
+@main.command()
+@click.argument("job_id", type=int)
+@json_option
+@pass_state
+def retry(state: State, job_id: int, as_json: bool) -> None:
+    """Run a failed, timed-out or cancelled job again."""
+    with user_errors():
+        record = state.store().job_retry(job_id)
+        emit_json(record) if as_json else click.echo(f"job {job_id} {record.status.value}")
+
+
+@main.command()
+@click.option("--workers", type=click.IntRange(2, 16), default=3, show_default=True)
+@click.option("--jobs", "job_count", type=click.IntRange(20, 5000), default=300, show_default=True)
+@json_option
+@pass_state
+def demo(state: State, workers: int, job_count: int, as_json: bool) -> None:
+    """Watch work stealing: workers, a crash, a rescue. Uses a temporary SQLite file unless
+    --db is given."""
+    from plunder import demo as demo_module
+
+    with user_errors():
+        summary = demo_module.run(
+            state.url if state.explicit else None,
+            workers=workers,
+            jobs=job_count,
+            console=out,
+            quiet=as_json,
+        )
+        if as_json:
+            emit_json(summary)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

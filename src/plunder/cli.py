@@ -181,6 +181,7 @@ def interval_options(fn: F) -> F:
 @pass_state
 def worker(
     state: State,
+    /,
     app_spec: str,
     queues: str | None,
     concurrency: int,
@@ -211,7 +212,7 @@ def worker(
 @main.command()
 @interval_options
 @pass_state
-def janitor(state: State, **intervals: float | None) -> None:
+def janitor(state: State, /, **intervals: float | None) -> None:
     """Run only the janitor (reaping, timeouts, pruning) while holding its lease."""
     import threading
 

@@ -100,29 +100,29 @@ def _start_workers(url: str, count: int, logs: Path) -> list[subprocess.Popen[by
     env = {**os.environ, "PLUNDER_URL": url}
     workers = []
     for i in range(count):
-        log = (logs / f"worker-{i}.log").open("wb")
-        workers.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "plunder",
-                    "--log-level",
-                    "WARNING",
-                    "worker",
-                    "-A",
-                    "plunder.demo:app",
-                    "-c",
-                    "8",
-                    "--name",
-                    f"demo-worker-{i}",
-                ],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+        with (logs / f"worker-{i}.log").open("wb") as log:
+            workers.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "plunder",
+                        "--log-level",
+                        "WARNING",
+                        "worker",
+                        "-A",
+                        "plunder.demo:app",
+                        "-c",
+                        "8",
+                        "--name",
+                        f"demo-worker-{i}",
+                    ],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
             )
-        )
     return workers
 
 

@@ -110,7 +110,15 @@ class AsyncRunner:
             def serve() -> None:
                 asyncio.set_event_loop(loop)
                 loop.call_soon(ready.set)
-                loop.run_forever()
+                try:
+                    loop.run_forever()
+                    left = asyncio.all_tasks(loop)
+                    for task in left:
+                        task.cancel()
+                    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+                    loop.run_until_complete(loop.shutdown_asyncgens())
+                finally:
+                    loop.close()
 
             self._thread = threading.Thread(target=serve, name="plunder-event-loop", daemon=True)
             self._thread.start()

@@ -506,6 +506,7 @@ class Worker:
 
     def _close(self) -> None:
         self._services_stop.set()
+        self._async.close()
         if self._halt.is_set():
             log.warning(
                 "stopped at once; session %s will expire and its jobs be rescued",
@@ -522,4 +523,3 @@ class Worker:
                 )
             except errors.StoreError as exc:
                 log.warning("could not close session (it will expire): %s", exc)
-        self._async.close()

@@ -1,0 +1,103 @@
+"""A worker in this process (on a thread): task kinds, failures, cancellation, timeouts,
+streams. The process-level behaviour (signals, crashes) is in test_processes.py."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from plunder import JobFailed
+from plunder.states import Outcome, Status
+from plunder.worker import Worker, WorkerOptions
+from tests.worker import tasks
+from tests.worker.conftest import wait_for
+
+
+@pytest.fixture
+def worker(store_url: str) -> Iterator[Worker]:
+    tasks.app.configure(
+        url=store_url,
+        heartbeat_interval=0.1,
+        session_expiry=1.0,
+        poll_interval=0.05,
+        janitor_interval=0.1,
+    )
+    running = Worker(tasks.app, WorkerOptions(concurrency=4))
+    thread = threading.Thread(target=running.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+        thread.join(timeout=15)
+        assert not thread.is_alive()
+        tasks.app.close()
+
+
+def test_sync_async_and_process_tasks_return_results(worker: Worker) -> None:
+    jobs = tasks.add.enqueue_many([(i, i) for i in range(30)])
+    coroutine = tasks.async_add.enqueue(2, 3)
+    process = tasks.cpu.enqueue(100)
+    assert [j.result(timeout=20) for j in jobs] == [2 * i for i in range(30)]
+    assert coroutine.result(timeout=20) == 5
+    assert process.result(timeout=30) == sum(i * i for i in range(100))
+
+
+def test_failures_record_the_error_and_retry_unless_told_not_to(worker: Worker) -> None:
+    retried, not_retried = tasks.fails.enqueue("runtime"), tasks.fails.enqueue("key")
+    with pytest.raises(JobFailed) as caught:
+        retried.result(timeout=20)
+    assert caught.value.error_type == "RuntimeError"
+    assert "raise RuntimeError" in (caught.value.traceback or "")
+    assert [r.outcome for r in retried.runs] == [Outcome.FAILED] * 3
+    with pytest.raises(JobFailed, match="KeyError"):
+        not_retried.result(timeout=20)
+    assert len(not_retried.runs) == 1
+
+
+def test_bad_arguments_and_unserializable_results_fail_that_job_only(worker: Worker) -> None:
+    bad_args = tasks.add.enqueue(1)
+    bad_result = tasks.unserializable.enqueue()
+    good = tasks.add.enqueue(1, 1)
+    with pytest.raises(JobFailed, match="do not fit task add"):
+        bad_args.result(timeout=20)
+    assert len(bad_args.runs) == 1  # not retried: they would not fit next time either
+    with pytest.raises(JobFailed, match="not JSON-serializable"):
+        bad_result.result(timeout=20)
+    assert good.result(timeout=20) == 2
+
+
+def test_cancelling_a_running_task_stops_it(worker: Worker) -> None:
+    job = tasks.sleepy.enqueue(30)
+    wait_for(lambda: job.status == Status.RUNNING, what="running")
+    job.cancel()
+    wait_for(
+        lambda: worker.stats["claimed"] >= 1 and not worker._running,
+        timeout=5,
+        what="the worker dropped the cancelled task",
+    )
+    assert job.status == Status.CANCELLED
+    assert job.runs[0].outcome == Outcome.CANCELLED
+    assert tasks.add.enqueue(1, 2).result(timeout=10) == 3
+
+
+@pytest.mark.parametrize("task", ["thread_slow", "async_sleepy", "cpu_hang"])
+def test_each_kind_of_task_is_stopped_at_its_timeout(worker: Worker, task: str) -> None:
+    job = tasks.app.enqueue(task, [5] if task == "async_sleepy" else [])
+    with pytest.raises(JobFailed) as caught:
+        job.result(timeout=20)
+    assert caught.value.status == "timed_out"
+    assert job.runs[-1].outcome == Outcome.TIMED_OUT
+
+
+def test_stream_events_arrive_in_order_before_the_result(worker: Worker) -> None:
+    job = tasks.streamer.enqueue(100)
+    assert job.result(timeout=20) == 100
+    events = list(job.stream(timeout=5))
+    chunks = [e.data for e in events if e.kind == "chunk"]
+    assert chunks == [f"chunk {i}" for i in range(100)]
+    assert [e.seq for e in events] == sorted(e.seq for e in events)
+    assert sum(e.kind == "progress" for e in events) == 10
+    assert any("streamed 100 chunks" in line for line in job.runs[0].logs)

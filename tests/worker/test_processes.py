@@ -1,0 +1,181 @@
+"""Real worker processes and real signals: SIGKILL, SIGTERM, SIGSTOP/SIGCONT, poison jobs,
+janitor takeover."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from plunder.janitor import LEASE_NAME
+from plunder.model import JobSpec
+from plunder.states import Outcome, Status
+from plunder.store import Store
+from tests.store.helpers import raw_connect
+from tests.worker.conftest import EXPIRY, JANITOR, Workers, session_of, wait_for
+
+SLACK = 2.0
+
+
+def _running_on(store: Store, session_id: str) -> list[int]:
+    jobs = store.job_list(status="running", limit=1000).jobs
+    return [j.id for j in jobs if j.session_id == session_id]
+
+
+def test_sigkill_jobs_are_rescued_within_expiry_and_janitor_interval(
+    store: Store, workers: Workers
+) -> None:
+    victim = workers.start("-c", "4")
+    sid = wait_for(lambda: session_of(store, victim.pid), what="victim session")
+    assert isinstance(sid, str)
+    jobs = store.job_enqueue_many([JobSpec("sleepy", [1.5], max_attempts=3) for _ in range(4)])
+    wait_for(lambda: len(_running_on(store, sid)) == 4, what="victim holds the jobs")
+    rescuer = workers.start("-c", "4")
+    wait_for(lambda: session_of(store, rescuer.pid), what="rescuer session")
+    victim.send_signal(signal.SIGKILL)
+    killed = time.time()
+    victim.wait()
+
+    def restarted() -> bool:
+        return all(len(store.job_runs(j.id)) >= 2 for j in jobs)
+
+    wait_for(restarted, timeout=EXPIRY + JANITOR + 10, what="rescue")
+    rescue = max(store.job_runs(j.id)[1].started_at.timestamp() for j in jobs) - killed
+    assert rescue < EXPIRY + JANITOR + SLACK, f"rescue took {rescue:.2f}s"
+    wait_for(
+        lambda: all(store.job_get(j.id).status == Status.SUCCEEDED for j in jobs),
+        what="rescued jobs succeed",
+    )
+    for job in jobs:
+        first, second = store.job_runs(job.id)[:2]
+        assert first.outcome == Outcome.LOST and second.session_id != sid
+    print(f"kill-to-rescue: {rescue:.2f}s")
+
+
+def test_sigterm_lets_running_jobs_finish_then_closes_the_session(
+    store: Store, workers: Workers
+) -> None:
+    proc = workers.start("-c", "2", "--grace", "10")
+    sid = wait_for(lambda: session_of(store, proc.pid), what="session")
+    assert isinstance(sid, str)
+    (job,) = store.job_enqueue_many([JobSpec("effect", ["graceful", 0.8])])
+    _effects_table(workers.url)
+    wait_for(lambda: _running_on(store, sid), what="claim")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    assert store.job_get(job.id).status == Status.SUCCEEDED
+    assert session_of(store, proc.pid) is None  # closed, not left to expire
+
+
+def test_sigterm_past_the_grace_period_releases_jobs_at_once(
+    store: Store, workers: Workers
+) -> None:
+    proc = workers.start("-c", "2", "--grace", "0.3")
+    sid = wait_for(lambda: session_of(store, proc.pid), what="session")
+    assert isinstance(sid, str)
+    (job,) = store.job_enqueue_many([JobSpec("sleepy", [30], max_attempts=1)])
+    wait_for(lambda: _running_on(store, sid), what="claim")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    released = store.job_get(job.id)
+    assert released.status == Status.PENDING and released.attempts_left == 1
+    assert store.job_runs(job.id)[0].outcome == Outcome.RELEASED
+
+
+def _effects_table(url: str) -> None:
+    conn = raw_connect(url)
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS effects (token TEXT NOT NULL, pid INTEGER)")
+        if not url.startswith("sqlite"):
+            conn.commit()
+    finally:
+        conn.close()
+
+
+def _effects(url: str) -> list[tuple[str, int]]:
+    conn = raw_connect(url)
+    try:
+        return [tuple(r) for r in conn.execute("SELECT token, pid FROM effects").fetchall()]
+    finally:
+        conn.close()
+
+
+def test_a_paused_worker_is_fenced_and_carries_on_under_a_new_session(
+    store: Store, workers: Workers
+) -> None:
+    _effects_table(workers.url)
+    paused = workers.start("-c", "4")
+    old_sid = wait_for(lambda: session_of(store, paused.pid), what="session")
+    assert isinstance(old_sid, str)
+    jobs = store.job_enqueue_many(
+        [JobSpec("effect", [f"tok-{i}", 0.6], max_attempts=3) for i in range(3)]
+    )
+    wait_for(lambda: len(_running_on(store, old_sid)) == 3, what="claims")
+    paused.send_signal(signal.SIGSTOP)
+    try:
+        rescuer = workers.start("-c", "4")
+        wait_for(
+            lambda: all(store.job_get(j.id).status == Status.SUCCEEDED for j in jobs),
+            timeout=EXPIRY + JANITOR + 10,
+            what="rescue while paused",
+        )
+    finally:
+        paused.send_signal(signal.SIGCONT)
+    new_sid = wait_for(
+        lambda: (s := session_of(store, paused.pid)) != old_sid and s,
+        what="a new session for the resumed worker",
+    )
+    assert new_sid != old_sid
+    rows = _effects(workers.url)
+    assert sorted(token for token, _ in rows) == ["tok-0", "tok-1", "tok-2"]  # exactly once
+    assert {pid for _, pid in rows} == {rescuer.pid}
+    for job in jobs:
+        assert store.job_get(job.id).result == job.args[0]
+    # the resumed worker goes on working
+    (later,) = store.job_enqueue_many([JobSpec("add", [2, 3])])
+    wait_for(lambda: store.job_get(later.id).status == Status.SUCCEEDED, what="new work")
+    assert "SESSION LOST" in workers.log(0)  # the window was hit, and said so loudly
+
+
+def test_a_poison_job_ends_after_max_attempts_and_the_rest_finish(
+    store: Store, workers: Workers
+) -> None:
+    procs = [workers.start("-c", "2") for _ in range(3)]
+    wait_for(lambda: all(session_of(store, p.pid) for p in procs), what="sessions")
+    (poison,) = store.job_enqueue_many([JobSpec("poison", max_attempts=2)])
+    others = store.job_enqueue_many([JobSpec("add", [i, i], max_attempts=3) for i in range(20)])
+    wait_for(
+        lambda: store.job_get(poison.id).status == Status.TIMED_OUT,
+        timeout=4 * (EXPIRY + JANITOR) + 10,
+        what="poison job ends",
+    )
+    runs = store.job_runs(poison.id)
+    assert [r.outcome for r in runs] == [Outcome.LOST, Outcome.LOST]
+    assert runs[0].session_id != runs[1].session_id  # retried on a different worker
+    wait_for(
+        lambda: all(store.job_get(j.id).status == Status.SUCCEEDED for j in others),
+        timeout=4 * (EXPIRY + JANITOR) + 10,
+        what="other jobs finish",
+    )
+    assert sum(p.poll() is not None for p in procs) == 2
+
+
+def test_janitor_takeover_after_the_holder_dies(store: Store, workers: Workers) -> None:
+    first = workers.start(command="janitor")
+    holder = wait_for(lambda: store.lease_get(LEASE_NAME), what="first holder")
+    second = workers.start(command="janitor")
+    time.sleep(3 * JANITOR)  # the second one must not take a live lease
+    assert store.lease_get(LEASE_NAME) == store.lease_get(LEASE_NAME)
+    current = store.lease_get(LEASE_NAME)
+    assert current is not None and current.term == holder.term  # type: ignore[attr-defined]
+    first.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    first.wait()
+    taken = wait_for(
+        lambda: (lease := store.lease_get(LEASE_NAME)) and lease.term > current.term and lease,
+        timeout=10,
+        what="takeover",
+    )
+    took = time.monotonic() - killed
+    assert took < max(EXPIRY, 2 * JANITOR) + JANITOR + SLACK
+    assert taken.holder != current.holder  # type: ignore[attr-defined]
+    assert second.poll() is None

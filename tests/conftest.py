@@ -18,6 +18,16 @@ BACKENDS = ["sqlite", "postgres"]
 _counter = itertools.count()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Soak and benchmark-sized tests run only with PLUNDER_SLOW=1."""
+    if os.environ.get("PLUNDER_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow: set PLUNDER_SLOW=1 to run")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[pgcluster.Cluster]:
     if pgcluster.find_bindir() is None:

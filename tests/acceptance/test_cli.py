@@ -1,0 +1,189 @@
+"""The command line: every command, ``--json`` parses, user mistakes are one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from plunder.cli import main
+from plunder.worker import Worker, WorkerOptions
+from tests.worker import tasks
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def plunder(url: str, *args: str) -> Result:
+    return CliRunner().invoke(main, ["--db", url, *args], catch_exceptions=False)
+
+
+def one_line_error(result: Result) -> str:
+    assert result.exit_code != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+    return lines[0]
+
+
+@pytest.fixture
+def worker_thread(store_url: str) -> Iterator[None]:
+    tasks.app.configure(
+        url=store_url,
+        heartbeat_interval=0.1,
+        session_expiry=1.0,
+        poll_interval=0.05,
+        janitor_interval=0.1,
+    )
+    worker = Worker(tasks.app, WorkerOptions(concurrency=2))
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        worker.stop()
+        thread.join(timeout=15)
+        tasks.app.close()
+
+
+def test_init_creates_the_schema(empty_url: str) -> None:
+    result = plunder(empty_url, "init")
+    assert result.exit_code == 0 and "schema version 1" in result.stdout
+    assert plunder(empty_url, "init").exit_code == 0  # idempotent
+
+
+def test_commands_before_init_say_what_to_do(empty_url: str) -> None:
+    assert "plunder init" in one_line_error(plunder(empty_url, "status"))
+
+
+def test_enqueue_list_show_cancel_retry_with_json(store_url: str) -> None:
+    made = plunder(
+        store_url,
+        "enqueue",
+        "add",
+        "[2, 3]",
+        "--queue",
+        "math",
+        "--priority",
+        "5",
+        "--key",
+        "k1",
+        "--json",
+    )
+    assert made.exit_code == 0, made.stderr
+    job = json.loads(made.stdout)
+    assert job["task"] == "add" and job["args"] == [2, 3] and job["queue"] == "math"
+    same = json.loads(
+        plunder(
+            store_url, "enqueue", "add", "[9, 9]", "--key", "k1", "--queue", "math", "--json"
+        ).stdout
+    )
+    assert same["id"] == job["id"]
+    kw = json.loads(plunder(store_url, "enqueue", "add", '{"a": 1, "b": 2}', "--json").stdout)
+    assert kw["kwargs"] == {"a": 1, "b": 2}
+    listed = json.loads(plunder(store_url, "jobs", "--json").stdout)
+    assert [j["id"] for j in listed["jobs"]] == [kw["id"], job["id"]]
+    assert listed["next_after"] is None
+    paged = json.loads(plunder(store_url, "jobs", "--limit", "1", "--json").stdout)
+    assert paged["next_after"] == kw["id"]
+    shown = json.loads(plunder(store_url, "job", str(job["id"]), "--json").stdout)
+    assert shown["job"]["status"] == "pending" and shown["runs"] == []
+    cancelled = json.loads(plunder(store_url, "cancel", str(job["id"]), "--json").stdout)
+    assert cancelled["status"] == "cancelled"
+    retried = json.loads(plunder(store_url, "retry", str(job["id"]), "--json").stdout)
+    assert retried["status"] == "pending"
+    status = json.loads(plunder(store_url, "status", "--json").stdout)
+    assert {q["queue"] for q in status["queues"]} == {"math", "default"}
+    for human in (["jobs"], ["job", str(job["id"])], ["status"]):
+        result = plunder(store_url, *human)
+        assert result.exit_code == 0 and result.stdout.strip()
+
+
+def test_enqueue_wait_prints_the_result(store_url: str, worker_thread: None) -> None:
+    result = plunder(store_url, "enqueue", "add", "[20, 22]", "--wait", "--wait-timeout", "20")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip() == "42"
+    failed = plunder(store_url, "enqueue", "fails", '["key"]', "--wait", "--wait-timeout", "20")
+    assert "KeyError" in one_line_error(failed)
+
+
+def test_job_follow_prints_the_stream(store_url: str, worker_thread: None) -> None:
+    job = tasks.streamer.enqueue(5)
+    result = plunder(store_url, "job", str(job.id), "--follow")
+    assert result.exit_code == 0
+    assert result.stdout.startswith("chunk 0chunk 1")
+    assert "succeeded" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["job", "999999"], "no job 999999"),
+        (["cancel", "999999"], "no job 999999"),
+        (["enqueue", "add", "[1, 2"], "not valid JSON"),
+        (["enqueue", "add", "[NaN]"], "NaN"),
+        (["enqueue", "add", "42"], "list or object"),
+        (["enqueue", "bad task name!"], "invalid task name"),
+        (["enqueue", "add", "[]", "--queue", "a/../b"], "invalid queue name"),
+        (["jobs", "--status", "bogus"], "unknown job status"),
+        (["worker", "-A", "no_such_module:app"], "cannot import no_such_module"),
+        (["worker", "-A", "tests.worker.tasks:add"], "is not a plunder.App"),
+    ],
+)
+def test_user_mistakes_are_one_clear_line(store_url: str, args: list[str], expected: str) -> None:
+    assert expected in one_line_error(plunder(store_url, *args))
+
+
+def test_bad_or_unreachable_databases_are_one_clear_line(tmp_path: Path) -> None:
+    assert "invalid database URL" in one_line_error(plunder("nonsense", "status"))
+    assert "unsupported database URL scheme" in one_line_error(plunder("mysql://x/y", "status"))
+    missing_dir = f"sqlite:///{tmp_path}/no/such/dir/x.db"
+    assert "error:" in one_line_error(plunder(missing_dir, "init"))
+    refused = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=1"
+    assert "error:" in one_line_error(plunder(refused, "status"))
+
+
+def test_help_lists_every_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "plunder", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    for command in (
+        "init",
+        "worker",
+        "janitor",
+        "enqueue",
+        "status",
+        "jobs",
+        "job",
+        "cancel",
+        "retry",
+        "demo",
+    ):
+        assert command in result.stdout
+
+
+def test_demo_rescues_the_killed_workers_jobs(store_url: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "plunder", "--db", store_url, "demo", "--jobs", "60", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["killed_worker_jobs"] >= 1
+    assert summary["rescued"] + summary["lost_on_last_attempt"] == summary["killed_worker_jobs"]
+    assert summary["rescued"] >= 1
+    assert sum(summary["statuses"].values()) == summary["jobs"] == 60
+    assert summary["statuses"].get("pending", 0) == summary["statuses"].get("running", 0) == 0

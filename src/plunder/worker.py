@@ -163,7 +163,12 @@ class Worker:
 
     def _start_services(self) -> None:
         beat_store = open_store(
-            self.settings.url, pool_size=1, application_name="plunder:heartbeat"
+            self.settings.url,
+            pool_size=1,
+            application_name="plunder:heartbeat",
+            # a hung heartbeat must fail well before the session would expire
+            statement_timeout=self.settings.session_expiry / 2,
+            busy_total=self.settings.heartbeat_interval,
         )
         self._services = [
             threading.Thread(
@@ -173,6 +178,7 @@ class Worker:
                 daemon=True,
             ),
             threading.Thread(target=self._stream_loop, name="plunder-streamer", daemon=True),
+            threading.Thread(target=self._watchdog_loop, name="plunder-watchdog", daemon=True),
         ]
         if self.options.janitor:
             janitor = Janitor(self.store, self.settings, holder=f"{self.name}:{id(self):x}")
@@ -440,6 +446,19 @@ class Worker:
         if beat.stop:
             self.stop_claims(beat.stop, "cancelled, timed out or re-claimed elsewhere")
 
+    def _watchdog_loop(self) -> None:
+        """Trust in the session ends ``session_expiry`` after the last renewal was sent, by
+        this process's monotonic clock, even if the heartbeat call itself hangs."""
+        while not self._services_stop.wait(self.settings.heartbeat_interval / 2):
+            silent = time.monotonic() - self._last_beat
+            if not self._session_lost.is_set() and silent > self.settings.session_expiry:
+                log.error(
+                    "no heartbeat renewal for %.1fs (expiry %.1fs): assuming the session is gone",
+                    silent,
+                    self.settings.session_expiry,
+                )
+                self._lose_session()
+
     def _lose_session(self) -> None:
         """From the heartbeat thread: stop every task now, then wake the main loop."""
         self._session_lost.set()
@@ -466,6 +485,11 @@ class Worker:
             dropped,
         )
         self._session_lost.clear()
+        if self.session is not None:
+            try:  # if the database still thinks it lives, release its claims at once
+                self.store.session_close(self.session.id)
+            except errors.StoreError as exc:
+                log.warning("could not close the lost session (it will expire): %s", exc)
         self._open_session()
 
     # -- streams --------------------------------------------------------------------------

@@ -19,7 +19,13 @@ def open_store(url: str, **options: Any) -> Store:
     if scheme == "sqlite":
         from plunder.store.sqlite import SqliteStore
 
-        pg_only = {"pool_size", "connect_timeout", "application_name"}
+        pg_only = {
+            "pool_size",
+            "connect_timeout",
+            "application_name",
+            "statement_timeout",
+            "tcp_user_timeout",
+        }
         return SqliteStore(url, **{k: v for k, v in options.items() if k not in pg_only})
     if scheme in ("postgresql", "postgres"):
         try:

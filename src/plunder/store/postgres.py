@@ -89,9 +89,13 @@ class PostgresStore(SQLStore):
         pool_size: int = 4,
         connect_timeout: float = 10.0,
         application_name: str = "plunder",
+        statement_timeout: float | None = None,
+        tcp_user_timeout: float = 10.0,
         **options: Any,
     ) -> None:
         super().__init__(**options)
+        self._statement_timeout = statement_timeout
+        self._tcp_user_timeout = tcp_user_timeout
         self.url = redact(url)
         self._conninfo = url.replace("postgres://", "postgresql://", 1)
         self._pool_size = pool_size
@@ -121,9 +125,18 @@ class PostgresStore(SQLStore):
                         "keepalives_idle": 10,
                         "keepalives_interval": 5,
                         "keepalives_count": 3,
+                        # a peer that stops acknowledging is dropped after this, instead
+                        # of hanging a call for the kernel's ~15 minutes
+                        "tcp_user_timeout": int(self._tcp_user_timeout * 1000),
+                        **self._timeout_option(),
                     },
                 )
             return self._pool
+
+    def _timeout_option(self) -> dict[str, str]:
+        if self._statement_timeout is None:
+            return {}
+        return {"options": f"-c statement_timeout={int(self._statement_timeout * 1000)}"}
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[_Tx]:

@@ -185,6 +185,7 @@ def _summary(
 
 
 def _print_summary(console: Console, summary: dict[str, Any]) -> None:
+    console.print()
     table = Table(title="summary")
     table.add_column("what")
     table.add_column("count", justify="right")

@@ -345,24 +345,41 @@ class Worker:
         while self._completions:
             done = self._completions[:ACK_BATCH]
             del self._completions[:ACK_BATCH]
-            self._send(functools.partial(self.store.job_complete_many, done), "succeeded")
+            self._send(functools.partial(self.store.job_complete_many, done), "succeeded", done)
         while self._failures:
             failed = self._failures[:ACK_BATCH]
             del self._failures[:ACK_BATCH]
-            self._send(functools.partial(self.store.job_fail_many, failed), "failed")
+            self._send(functools.partial(self.store.job_fail_many, failed), "failed", failed)
 
-    def _send(self, call: Callable[[], AckResult], kind: str) -> None:
+    def _send(
+        self,
+        call: Callable[[], AckResult],
+        kind: str,
+        batch: Sequence[Completion | Failure],
+    ) -> None:
+        """Send one batch. A busy or unreachable database is retried (bounded by the
+        session: once it is lost, the results would be refused anyway); any other store
+        error is not going to pass on a retry, so completions become failures that say
+        why, and failures that cannot be written are left to time out."""
         backoff = 0.05
         while True:
             try:
                 ack = call()
                 break
-            except errors.StoreError as exc:
+            except (errors.StoreBusy, errors.StoreUnavailable) as exc:
                 if self._session_lost.is_set() or self._halt.is_set():
                     return  # the store will refuse them anyway
                 log.warning("acknowledgement failed (%s); retrying in %.2fs", exc, backoff)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, RECONNECT_CAP)
+            except errors.PlunderError as exc:
+                log.error("could not write %d %s results: %s", len(batch), kind, exc)
+                if kind == "succeeded":
+                    info = ErrorInfo.from_exception(exc)
+                    self._failures += [
+                        Failure(item.claim, info, retry_delay=0.0, logs=item.logs) for item in batch
+                    ]
+                return
         self.stats[kind] += len(ack.accepted)
         self.stats["stale"] += len(ack.stale)
         for claim in ack.stale:

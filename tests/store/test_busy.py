@@ -150,8 +150,11 @@ def test_a_failed_commit_rolls_back_and_leaves_no_lock(store: Store, store_url: 
     def orphan(tx_conn: Any) -> None:
         tx_conn.execute("INSERT INTO child (parent_id) VALUES (42)")  # no parent 42
 
-    with pytest.raises(errors.StoreError, match=r"(?i)foreign key"):
-        store.job_complete_many([Completion(got.claim, "r", effects=orphan)])
+    ack = store.job_complete_many([Completion(got.claim, "r", effects=orphan)])
+    assert ack.accepted == () and ack.stale == ()
+    ((claim_, exc),) = ack.effect_errors  # reported for the caller to fail the job
+    assert claim_ == got.claim and isinstance(exc, errors.StoreError)
+    assert "foreign key" in str(exc).lower()
     after = store.job_get(job.id)  # the same thread's connection is usable again
     assert (after.status, after.attempt, after.result) == (Status.RUNNING, 1, None)
     other = plunder.open_store(store_url, busy_total=0.5)

@@ -511,6 +511,11 @@ class SQLStore(ABC):
             except _EffectsFailed as exc:
                 failed.append((item[0].claim, exc.original))
                 continue
+            except (errors.StoreBusy, errors.StoreUnavailable):
+                raise
+            except errors.StoreError as exc:  # e.g. the task's writes broke a deferred
+                failed.append((item[0].claim, exc))  # constraint at COMMIT
+                continue
             accepted += ok
             stale += refused
         return AckResult(tuple(accepted), tuple(stale), tuple(failed))

@@ -92,6 +92,7 @@ class Worker:
         self._stop = threading.Event()  # stop claiming, drain, exit
         self._halt = threading.Event()  # second signal: exit at once
         self._session_lost = threading.Event()
+        self._stream_wake = threading.Event()
         self._services_stop = threading.Event()
         self._services: list[threading.Thread] = []
         self.stats = {"claimed": 0, "succeeded": 0, "failed": 0, "stale": 0, "sessions": 0}
@@ -234,7 +235,7 @@ class Worker:
 
     def _start(self, job: JobRecord) -> None:
         task = self.app.registry.get(job.task)
-        ctx = Context(job, self.store)
+        ctx = Context(job, self.store, on_flush_needed=self._stream_wake.set)
         handle = Handle(job=job, task=task, ctx=ctx)
         with self._lock:
             self._running[job.id] = handle
@@ -511,7 +512,10 @@ class Worker:
 
     # -- streams --------------------------------------------------------------------------
     def _stream_loop(self) -> None:
-        while not self._services_stop.wait(STREAM_INTERVAL):
+        """Flush every STREAM_INTERVAL, or at once when a task buffered FLUSH_BYTES."""
+        while not self._services_stop.is_set():
+            self._stream_wake.wait(STREAM_INTERVAL)
+            self._stream_wake.clear()
             with self._lock:
                 handles = list(self._running.values())
             for handle in handles:

@@ -47,6 +47,9 @@ class Store(Protocol):
     """``"sqlite"`` or ``"postgres"``."""
     url: str
     """The URL the store was opened with, password removed."""
+    notifies: bool
+    """Whether state changes are announced with NOTIFY (PostgreSQL) on the channels
+    ``plunder_enqueued`` (queue names), ``plunder_done`` and ``plunder_stream`` (job ids)."""
 
     # -- schema --------------------------------------------------------------------------
     def migrate(self) -> int:
@@ -144,6 +147,10 @@ class Store(Protocol):
         self, claim: Claim, events: Sequence[tuple[str, Any]], *, now: Now = None
     ) -> list[int]:
         """Append ``(kind, data)`` events for a running attempt; StaleClaim if not current."""
+        ...
+
+    def job_next_run_at(self, *, queues: Sequence[str], tasks: Sequence[str]) -> datetime | None:
+        """When the earliest pending job for these queues and tasks is due."""
         ...
 
     # -- janitor -------------------------------------------------------------------------

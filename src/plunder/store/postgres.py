@@ -81,6 +81,7 @@ class _Tx:
 
 class PostgresStore(SQLStore):
     dialect = "postgres"
+    notifies = True
 
     def __init__(
         self,

@@ -42,7 +42,7 @@ from plunder.model import (
     StreamEvent,
     SweepResult,
 )
-from plunder.states import Outcome, Status
+from plunder.states import TERMINAL, Outcome, Status
 from plunder.store import queries
 
 T = TypeVar("T")
@@ -54,6 +54,11 @@ MAX_ENQUEUE = 100_000  # jobs per enqueue call
 MAX_LOG_LINES = 200
 MAX_LOG_LINE_CHARS = 2_000
 INT32 = 2**31 - 1
+
+CHANNEL_ENQUEUED = "plunder_enqueued"  # payload: queue names with new or newly due work
+CHANNEL_DONE = "plunder_done"  # payload: ids of jobs that reached a terminal state
+CHANNEL_STREAM = "plunder_stream"  # payload: ids of jobs with new stream events
+NOTIFY_BYTES = 7000
 
 SESSION_LOST = ErrorInfo(
     "plunder.SessionLost",
@@ -99,6 +104,7 @@ class SQLStore(ABC):
 
     dialect: str
     url: str
+    notifies = False  # whether the database delivers NOTIFY to listeners
 
     def __init__(
         self, *, busy_total: float = policy.BUSY_TOTAL, busy_interval: float = policy.BUSY_INTERVAL
@@ -133,6 +139,45 @@ class SQLStore(ABC):
     @abstractmethod
     def close(self) -> None:
         """Close every connection this store opened."""
+
+    # -- notifications --------------------------------------------------------------------
+    def _notify(self, tx: Tx, channel: str, items: Sequence[str]) -> None:
+        """Queue a notification that is delivered when ``tx`` commits: the payload is a
+        comma-separated list (queue names and job ids contain no commas), chunked below the
+        8000-byte limit. A no-op for databases without NOTIFY."""
+        if not self.notifies or not items:
+            return
+        chunk: list[str] = []
+        size = 0
+        for item in sorted(set(items)):
+            if chunk and size + len(item) + 1 > NOTIFY_BYTES:
+                tx.one("notify", channel=channel, payload=",".join(chunk))
+                chunk, size = [], 0
+            chunk.append(item)
+            size += len(item) + 1
+        tx.one("notify", channel=channel, payload=",".join(chunk))
+
+    def _announce(self, tx: Tx, rows: Sequence[Row]) -> None:
+        """Tell listeners about jobs that changed state: pending again wakes the workers of
+        its queue, a terminal state wakes whoever waits for its result."""
+        pending = [str(r["queue"]) for r in rows if r["status"] == Status.PENDING]
+        finished = [str(r["id"]) for r in rows if r["status"] in TERMINAL]
+        self._notify(tx, CHANNEL_ENQUEUED, pending)
+        self._notify(tx, CHANNEL_DONE, finished)
+
+    def job_next_run_at(self, *, queues: Sequence[str], tasks: Sequence[str]) -> datetime | None:
+        """When the earliest pending job for these queues and tasks is due (None: none)."""
+        if not queues or not tasks:
+            return None
+        row = self._run(
+            lambda tx: tx.one(
+                "job_next_run_at",
+                queues=self._list_in(list(queues)),
+                tasks=self._list_in(list(tasks)),
+            ),
+            write=False,
+        )
+        return None if row is None or row["run_at"] is None else self._time(row["run_at"])
 
     # -- the transaction runner -----------------------------------------------------------
     def _run(self, op: Callable[[Tx], T], *, write: bool = True, conn: Any = None) -> T:
@@ -267,6 +312,7 @@ class SQLStore(ABC):
                 found.update(self._match_inserted(tx, rows, todo, inserted))
             else:
                 raise errors.StoreBusy("idempotency keys kept changing state during enqueue")
+            self._notify(tx, CHANNEL_ENQUEUED, [str(found[i]["queue"]) for i in found])
             return [self._job(found[i]) for i in range(len(rows))]
 
         return self._run(op, conn=conn)
@@ -312,6 +358,7 @@ class SQLStore(ABC):
         def op(tx: Tx) -> Row:
             clock = tx.clock(now)
             row = tx.one("job_cancel", job_id=_job_id(job_id), now=clock)
+            self._announce(tx, [row] if row else [])
             if row is None:
                 self._refuse(tx, job_id, "cancel", "only pending or running jobs can be cancelled")
             assert row is not None
@@ -334,6 +381,7 @@ class SQLStore(ABC):
     def job_retry(self, job_id: int, *, now: Now = None) -> JobRecord:
         def op(tx: Tx) -> Row:
             row = tx.one("job_retry", job_id=_job_id(job_id), now=tx.clock(now))
+            self._announce(tx, [row] if row else [])
             if row is None:
                 self._refuse(
                     tx, job_id, "retry", "only failed, timed_out or cancelled jobs can be retried"
@@ -486,7 +534,14 @@ class SQLStore(ABC):
         """Store the result of a job that its own transaction already acknowledged; fenced
         by the claim that acknowledged it."""
         text = payload.encode(result, what=f"result of job {claim.job_id}")
-        row = self._run(lambda tx: tx.one("job_result_set", **_claim_row(claim), result=text))
+
+        def op(tx: Tx) -> Row | None:
+            row = tx.one("job_result_set", **_claim_row(claim), result=text)
+            if row is not None:
+                self._notify(tx, CHANNEL_DONE, [str(claim.job_id)])
+            return row
+
+        row = self._run(op)
         return row is not None
 
     def job_complete_many(
@@ -524,13 +579,13 @@ class SQLStore(ABC):
         self, tx: Tx, items: list[tuple[Completion, str]], now: Now
     ) -> tuple[list[Claim], list[Claim]]:
         clock = tx.clock(now)
-        done = _claims(
-            tx.batch(
-                "job_complete",
-                [{**_claim_row(c.claim), "result": text} for c, text in items],
-                now=clock,
-            )
+        returned = tx.batch(
+            "job_complete",
+            [{**_claim_row(c.claim), "result": text} for c, text in items],
+            now=clock,
         )
+        self._announce(tx, returned)
+        done = _claims(returned)
         ok = [c for c, _ in items if c.claim in done]
         tx.batch(
             "run_finish",
@@ -594,7 +649,9 @@ class SQLStore(ABC):
 
         def op(tx: Tx) -> AckResult:
             clock = tx.clock(now)
-            done = _claims(tx.batch("job_fail", rows, now=clock))
+            returned = tx.batch("job_fail", rows, now=clock)
+            self._announce(tx, returned)
+            done = _claims(returned)
             ok = [f for f in failures if f.claim in done]
             tx.batch(
                 "run_finish",
@@ -617,7 +674,9 @@ class SQLStore(ABC):
     def _release(self, tx: Tx, claims: list[Claim], clock: Any) -> list[Claim]:
         if not claims:
             return []
-        done = _claims(tx.batch("job_release", [_claim_row(c) for c in claims], now=clock))
+        returned = tx.batch("job_release", [_claim_row(c) for c in claims], now=clock)
+        self._announce(tx, returned)
+        done = _claims(returned)
         released = [c for c in claims if c in done]
         tx.batch(
             "run_finish",
@@ -653,7 +712,9 @@ class SQLStore(ABC):
                     attempt=claim.attempt,
                     session_id=claim.session_id,
                 )
-            return [int(r["id"]) for r in tx.batch("event_append", rows, now=clock)]
+            ids = [int(r["id"]) for r in tx.batch("event_append", rows, now=clock)]
+            self._notify(tx, CHANNEL_STREAM, [str(claim.job_id)])
+            return ids
 
         return self._run(op) if rows else []
 
@@ -740,6 +801,7 @@ class SQLStore(ABC):
             if not dead:
                 return SweepResult()
             lost = tx.all("job_lose_many", session_ids=self._list_in(dead), error=error, now=clock)
+            self._announce(tx, lost)
             tx.batch(
                 "run_finish",
                 [_run_end(r["id"], r["attempt"], Outcome.LOST, SESSION_LOST) for r in lost],
@@ -757,6 +819,7 @@ class SQLStore(ABC):
             clock = tx.clock(now)
             self._fence(tx, lease, clock)
             rows = tx.all("job_timeout_many", error=error, limit=int(limit), now=clock)
+            self._announce(tx, rows)
             tx.batch(
                 "run_finish",
                 [_run_end(r["id"], r["attempt"], Outcome.TIMED_OUT, JOB_TIMEOUT) for r in rows],

@@ -145,7 +145,7 @@ WHERE j.id = u.job_id AND j.attempt = u.attempt AND j.session_id = u.session_id
   AND j.status = 'running'
   AND EXISTS (SELECT 1 FROM plunder_sessions AS s
               WHERE s.id = u.session_id AND s.expires_at > clock.now)
-RETURNING j.id, j.attempt, j.session_id, j.status;
+RETURNING j.id, j.attempt, j.session_id, j.status, j.queue;
 
 -- name: job_result_set
 -- The result of a job whose own transaction acknowledged it (Context.transaction), fenced
@@ -179,7 +179,7 @@ WHERE j.id = u.job_id AND j.attempt = u.attempt AND j.session_id = u.session_id
   AND j.status = 'running'
   AND EXISTS (SELECT 1 FROM plunder_sessions AS s
               WHERE s.id = u.session_id AND s.expires_at > clock.now)
-RETURNING j.id, j.attempt, u.session_id AS session_id, j.status;
+RETURNING j.id, j.attempt, u.session_id AS session_id, j.status, j.queue;
 
 -- name: job_release
 -- batch. Graceful shutdown gives a running job back: pending at once, and the attempt it
@@ -193,7 +193,7 @@ FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[])
      clock
 WHERE j.id = u.job_id AND j.attempt = u.attempt AND j.session_id = u.session_id
   AND j.status = 'running'
-RETURNING j.id, j.attempt, u.session_id AS session_id, j.status;
+RETURNING j.id, j.attempt, u.session_id AS session_id, j.status, j.queue;
 
 -- name: job_claim_state
 SELECT id, attempt, session_id, status FROM plunder_jobs
@@ -311,7 +311,7 @@ SET status = CASE WHEN j.attempt < j.max_attempts THEN 'pending' ELSE 'timed_out
     session_id = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE j.session_id END
 FROM clock
 WHERE j.status = 'running' AND j.session_id = ANY(%(session_ids)s::text[])
-RETURNING j.id, j.attempt, j.status;
+RETURNING j.id, j.attempt, j.status, j.queue;
 
 -- name: job_timeout_many
 -- Running jobs past their deadline: retried at once when the job allows it and attempts
@@ -336,7 +336,7 @@ SET status = CASE WHEN j.retry_on_timeout AND j.attempt < j.max_attempts THEN 'p
                       ELSE j.session_id END
 FROM due, clock
 WHERE j.id = due.id
-RETURNING j.id, j.attempt, j.status;
+RETURNING j.id, j.attempt, j.status, j.queue;
 
 -- name: job_prune_many
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
@@ -404,3 +404,15 @@ SELECT j.queue, extract(epoch FROM clock.now - min(j.run_at))::float8 AS age
 FROM plunder_jobs AS j, clock
 WHERE j.status = 'pending' AND j.run_at <= clock.now
 GROUP BY j.queue, clock.now;
+
+-- name: notify
+-- Wakes listeners when this transaction commits (never before, never if it rolls back).
+-- Channels are fixed names; queue names and job ids travel in the payload, never in the
+-- channel name. Payloads stay under PostgreSQL's 8000-byte limit (the store chunks them).
+SELECT pg_notify(%(channel)s, %(payload)s);
+
+-- name: job_next_run_at
+-- When the earliest pending job this worker could run becomes due, so it can sleep until
+-- then instead of ticking.
+SELECT min(run_at) AS run_at FROM plunder_jobs
+WHERE status = 'pending' AND queue = ANY(%(queues)s::text[]) AND task = ANY(%(tasks)s::text[]);

@@ -109,7 +109,7 @@ SET status = 'succeeded', result = :result, finished_at = :now, deadline_at = NU
 WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
   AND status = 'running'
   AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at > :now)
-RETURNING id, attempt, session_id, status;
+RETURNING id, attempt, session_id, status, queue;
 
 -- name: job_result_set
 -- The result of a job whose own transaction acknowledged it (Context.transaction), fenced
@@ -133,7 +133,7 @@ SET status = CASE WHEN :retry AND attempt < max_attempts THEN 'pending' ELSE :fi
 WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
   AND status = 'running'
   AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at > :now)
-RETURNING id, attempt, :session_id AS session_id, status;
+RETURNING id, attempt, :session_id AS session_id, status, queue;
 
 -- name: job_release
 -- batch. Graceful shutdown gives a running job back: pending at once, and the attempt it
@@ -143,7 +143,7 @@ SET status = 'pending', run_at = :now, session_id = NULL, started_at = NULL,
     deadline_at = NULL, max_attempts = max_attempts + 1
 WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
   AND status = 'running'
-RETURNING id, attempt, :session_id AS session_id, status;
+RETURNING id, attempt, :session_id AS session_id, status, queue;
 
 -- name: job_claim_state
 SELECT id, attempt, session_id, status FROM plunder_jobs
@@ -239,7 +239,7 @@ SET status = CASE WHEN attempt < max_attempts THEN 'pending' ELSE 'timed_out' EN
     failed_sessions = json_insert(failed_sessions, '$[#]', session_id),
     session_id = CASE WHEN attempt < max_attempts THEN NULL ELSE session_id END
 WHERE status = 'running' AND session_id IN (SELECT value FROM json_each(:session_ids))
-RETURNING id, attempt, status;
+RETURNING id, attempt, status, queue;
 
 -- name: job_timeout_many
 -- Running jobs past their deadline: retried at once when the job allows it and attempts
@@ -258,7 +258,7 @@ WHERE id IN (
     SELECT id FROM plunder_jobs
     WHERE status = 'running' AND deadline_at <= :now
     ORDER BY deadline_at LIMIT :limit)
-RETURNING id, attempt, status;
+RETURNING id, attempt, status, queue;
 
 -- name: job_prune_many
 DELETE FROM plunder_jobs
@@ -313,3 +313,15 @@ SELECT queue, status, count(*) AS n FROM plunder_jobs GROUP BY queue, status;
 SELECT queue, :now - min(run_at) AS age FROM plunder_jobs
 WHERE status = 'pending' AND run_at <= :now
 GROUP BY queue;
+
+-- name: notify
+-- SQLite has no NOTIFY: other processes notice commits through PRAGMA data_version, so the
+-- store never sends this; it exists so that both dialects name the same operations.
+SELECT :channel AS channel, :payload AS payload WHERE 0;
+
+-- name: job_next_run_at
+-- When the earliest pending job this worker could run becomes due, so it can sleep until
+-- then instead of ticking.
+SELECT min(run_at) AS run_at FROM plunder_jobs
+WHERE status = 'pending' AND queue IN (SELECT value FROM json_each(:queues))
+  AND task IN (SELECT value FROM json_each(:tasks));

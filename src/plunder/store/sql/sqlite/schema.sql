@@ -33,6 +33,7 @@ CREATE TABLE plunder_jobs (
 -- Claim scans in claim order and filters queue and task, so it stops after LIMIT matches.
 CREATE INDEX plunder_jobs_claim ON plunder_jobs (priority DESC, run_at, id)
     WHERE status = 'pending';
+CREATE INDEX plunder_jobs_pending_run_at ON plunder_jobs (run_at) WHERE status = 'pending';
 CREATE INDEX plunder_jobs_running ON plunder_jobs (session_id) WHERE status = 'running';
 CREATE INDEX plunder_jobs_deadline ON plunder_jobs (deadline_at) WHERE status = 'running';
 CREATE INDEX plunder_jobs_finished ON plunder_jobs (finished_at)

@@ -3,18 +3,18 @@ one job that reads through the store."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, overload
 
 from plunder import config, errors
+from plunder.hub import Hub
 from plunder.model import JobRecord, JobSpec, Run, StreamEvent
 from plunder.states import Status, is_terminal
 from plunder.store import Store, open_store
 from plunder.task import Options, Registry, Task, make_task
-
-_FIRST_POLL = 0.01
 
 
 class App:
@@ -31,6 +31,7 @@ class App:
         poll_interval: float | None = None,
         janitor_interval: float | None = None,
         retention: float | None = None,
+        listen: bool | None = None,
         auto_migrate: bool = True,
         **store_options: Any,
     ) -> None:
@@ -41,11 +42,13 @@ class App:
             poll_interval=poll_interval,
             janitor_interval=janitor_interval,
             retention=retention,
+            listen=listen,
         )
         self.registry = Registry()
         self.auto_migrate = auto_migrate
         self._store_options = store_options
         self._store: Store | None = None
+        self._hub: Hub | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -69,6 +72,29 @@ class App:
                 self._store = store
             return self._store
 
+    @property
+    def hub(self) -> Hub:
+        """This process's wake-up hub (one thread, one dedicated connection), started on
+        first use."""
+        store = self.store
+        with self._lock:
+            if self._hub is None:
+                self._hub = Hub(
+                    store,
+                    listen=self.settings.listen,
+                    application_name=self._store_options.get("application_name", "plunder")
+                    + ":listen",
+                    statement_timeout=self.settings.session_expiry / 2,
+                )
+            return self._hub
+
+    def set_store_options(self, **options: Any) -> None:
+        """Options for the store (``pool_size``, ``application_name``, …) before first use."""
+        with self._lock:
+            if self._store is not None:
+                raise errors.ConfigError("the app's store is already open")
+            self._store_options.update(options)
+
     def configure(self, **settings: Any) -> None:
         """Change settings before first use (the command line does this for ``--db``)."""
         with self._lock:
@@ -79,6 +105,9 @@ class App:
     def close(self) -> None:
         with self._lock:
             store, self._store = self._store, None
+            hub, self._hub = self._hub, None
+        if hub is not None:
+            hub.close()
         if store is not None:
             store.close()
 
@@ -188,18 +217,27 @@ class Job:
 
     def wait(self, timeout: float | None = None) -> JobRecord:
         """Wait until the job is terminal; TimeoutError when ``timeout`` passes first (the
-        job keeps running)."""
+        job keeps running). Woken by the hub; re-checks at least every poll interval."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        pause = _FIRST_POLL
-        while True:
-            record = self.refresh()
-            if is_terminal(record.status):
-                return record
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"job {self.id} is still {record.status} after {timeout}s")
-            wait = pause if deadline is None else min(pause, max(0.0, deadline - time.monotonic()))
-            time.sleep(wait)
-            pause = min(pause * 2, self.app.settings.poll_interval)
+        woken = threading.Event()
+        unwatch = self.app.hub.watch("done", self.id, woken.set)
+        try:
+            while True:
+                record = self.refresh()
+                if is_terminal(record.status):
+                    return record
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"job {self.id} is still {record.status} after {timeout}s")
+                poll = self.app.settings.poll_interval
+                woken.wait(poll if left is None else min(poll, left))
+                woken.clear()
+        finally:
+            unwatch()
+
+    async def result_async(self, timeout: float | None = None) -> Any:
+        """``await job.result_async()``: :meth:`result` without blocking the event loop."""
+        return await asyncio.to_thread(self.result, timeout)
 
     def result(self, timeout: float | None = None) -> Any:
         """The job's result once it succeeded; :class:`JobFailed` (with the error type,
@@ -218,22 +256,29 @@ class Job:
 
     def stream(self, *, timeout: float | None = None) -> Iterator[StreamEvent]:
         """Yield the job's stream events in order — what is stored first, then new ones as
-        they are written — until the job is terminal."""
+        they are written — until the job is terminal. Woken by the hub."""
         deadline = None if timeout is None else time.monotonic() + timeout
         after = 0
-        pause = _FIRST_POLL
-        while True:
-            terminal = is_terminal(self.refresh().status)
-            events = self.app.store.stream_read(self.id, after=after)
-            for event in events:
-                after = event.seq
-                yield event
-            if events:
-                pause = _FIRST_POLL
-                continue
-            if terminal:
-                return
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"job {self.id} still running after {timeout}s")
-            time.sleep(pause)
-            pause = min(pause * 2, self.app.settings.poll_interval)
+        woken = threading.Event()
+        unwatch_stream = self.app.hub.watch("stream", self.id, woken.set)
+        unwatch_done = self.app.hub.watch("done", self.id, woken.set)
+        try:
+            while True:
+                terminal = is_terminal(self.refresh().status)
+                events = self.app.store.stream_read(self.id, after=after)
+                for event in events:
+                    after = event.seq
+                    yield event
+                if events:
+                    continue
+                if terminal:
+                    return
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"job {self.id} still running after {timeout}s")
+                poll = self.app.settings.poll_interval
+                woken.wait(poll if left is None else min(poll, left))
+                woken.clear()
+        finally:
+            unwatch_stream()
+            unwatch_done()

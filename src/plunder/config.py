@@ -26,7 +26,10 @@ ENVIRONMENT = {
     "poll_interval": "PLUNDER_POLL_INTERVAL",
     "janitor_interval": "PLUNDER_JANITOR_INTERVAL",
     "retention": "PLUNDER_RETENTION",
+    "listen": "PLUNDER_LISTEN",
 }
+FALSE = frozenset({"0", "false", "no", "off"})
+TRUE = frozenset({"1", "true", "yes", "on"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +40,13 @@ class Settings:
     poll_interval: float = POLL_INTERVAL
     janitor_interval: float = JANITOR_INTERVAL
     retention: float = RETENTION
+    listen: bool = True  # LISTEN/NOTIFY (PostgreSQL) or data_version polling (SQLite)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.listen, bool):
+            raise errors.ConfigError(f"listen must be true or false, not {self.listen!r}")
         for item in fields(self):
-            if item.name == "url":
+            if item.name in ("url", "listen"):
                 continue
             value = getattr(self, item.name)
             if isinstance(value, bool) or not isinstance(value, int | float):
@@ -74,6 +80,11 @@ def load(environ: Mapping[str, str] | None = None, **overrides: object) -> Setti
             continue
         if name == "url":
             values[name] = raw
+            continue
+        if name == "listen":
+            if raw.lower() not in FALSE | TRUE:
+                raise errors.ConfigError(f"{variable}={raw!r}: use 1 or 0")
+            values[name] = raw.lower() in TRUE
             continue
         try:
             values[name] = float(raw)

@@ -22,6 +22,7 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -84,8 +85,19 @@ class Pass:
 
 
 class Janitor:
-    def __init__(self, store: Store, settings: Settings, *, holder: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        *,
+        holder: str | None = None,
+        own_store: Callable[[], Store] | None = None,
+    ) -> None:
+        """``store`` is used to try for the lease; with ``own_store``, a holder opens a store
+        of its own for its passes and closes it when it loses or releases the lease."""
+        self.shared = store
         self.store = store
+        self._own_factory = own_store
         self.settings = settings
         self.holder = holder or f"{socket.gethostname()}:{secrets.token_hex(8)}"
         self.lease: Lease | None = None
@@ -103,12 +115,21 @@ class Janitor:
                 log.warning(
                     "janitor lease term %d was lost; another process holds it now", self.lease.term
                 )
-                self.lease = None
-        acquired = self.store.lease_acquire(LEASE_NAME, self.holder, ttl, now=now)
+                self._drop()
+        acquired = self.shared.lease_acquire(LEASE_NAME, self.holder, ttl, now=now)
         if acquired is not None:
             log.info("janitor lease acquired by %s (term %d)", self.holder, acquired.term)
+            if self._own_factory is not None:
+                self.store = self._own_factory()
         self.lease = acquired
         return acquired
+
+    def _drop(self) -> None:
+        """Forget the lease and close the connection only a holder keeps."""
+        self.lease = None
+        if self.store is not self.shared:
+            store, self.store = self.store, self.shared
+            store.close()
 
     def run_once(self, now: datetime | None = None) -> Pass:
         lease = self._hold(now)
@@ -120,7 +141,7 @@ class Janitor:
             pruned = self.pruner.run_once(self.store, lease, now)
         except errors.StaleLease:
             log.warning("janitor lease term %d went stale mid-pass; writes refused", lease.term)
-            self.lease = None
+            self._drop()
             return Pass(held=False)
         if reaped.count or timed_out.count or pruned:
             log.info(
@@ -145,9 +166,10 @@ class Janitor:
         self.release()
 
     def release(self) -> None:
-        lease, self.lease = self.lease, None
+        lease = self.lease
         if lease is not None:
             try:
                 self.store.lease_release(lease)
             except errors.StoreError as exc:
                 log.warning("could not release the janitor lease (it will expire): %s", exc)
+        self._drop()

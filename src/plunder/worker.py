@@ -19,6 +19,7 @@ would refuse them anyway), and a new session is opened.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -45,6 +46,7 @@ log = logging.getLogger("plunder.worker")
 STREAM_INTERVAL = 0.05
 ACK_BATCH = 200
 RECONNECT_CAP = 5.0
+MIN_WAIT = 0.05  # a due job we could not claim (locked, or left to other workers): look again
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,10 @@ class Worker:
             raise errors.ConfigError("the app has no tasks: nothing to work on")
         self.settings = app.settings
         self.name = self.options.name or f"{socket.gethostname()}:{os.getpid()}"
+        self._app_name = f"plunder:worker:{self.name}"[:60]
+        with contextlib.suppress(errors.ConfigError):  # already open: keep what it has
+            # the connection budget: one for work, one for the hub (+1 janitor, see there)
+            app.set_store_options(pool_size=1, application_name=self._app_name)
         self.queues = list(self.options.queues or app.registry.queues())
         self.tasks = app.registry.names()
         self.store: Store = app.store
@@ -163,26 +169,20 @@ class Worker:
                 backoff = min(backoff * 2, RECONNECT_CAP)
 
     def _start_services(self) -> None:
-        beat_store = open_store(
-            self.settings.url,
-            pool_size=1,
-            application_name="plunder:heartbeat",
-            # a hung heartbeat must fail well before the session would expire
-            statement_timeout=self.settings.session_expiry / 2,
-            busy_total=self.settings.heartbeat_interval,
-        )
+        hub = self.app.hub
+        hub.every(self.settings.heartbeat_interval, self._beat)
+        hub.on_work(self.queues, self._wake)
         self._services = [
-            threading.Thread(
-                target=self._heartbeat_loop,
-                args=(beat_store,),
-                name="plunder-heartbeat",
-                daemon=True,
-            ),
             threading.Thread(target=self._stream_loop, name="plunder-streamer", daemon=True),
             threading.Thread(target=self._watchdog_loop, name="plunder-watchdog", daemon=True),
         ]
         if self.options.janitor:
-            janitor = Janitor(self.store, self.settings, holder=f"{self.name}:{id(self):x}")
+            janitor = Janitor(
+                self.store,
+                self.settings,
+                holder=f"{self.name}:{id(self):x}",
+                own_store=self._janitor_store,
+            )
             self._services.append(
                 threading.Thread(
                     target=janitor.run,
@@ -193,6 +193,16 @@ class Worker:
             )
         for thread in self._services:
             thread.start()
+
+    def _janitor_store(self) -> Store:
+        """The janitor's own connection, open only while it holds the lease."""
+        return open_store(
+            self.settings.url, pool_size=1, application_name=f"{self._app_name}:janitor"
+        )
+
+    def _wake(self) -> None:
+        """From the hub thread: work may have appeared in one of our queues."""
+        self._outcomes.put(_Stop())
 
     # -- one turn of the loop -------------------------------------------------------------
     def step(self) -> None:
@@ -210,7 +220,17 @@ class Worker:
         self._collect(block=True, timeout=self._wait_time())
 
     def _wait_time(self) -> float:
+        """Until an outcome or a wake-up arrives, but no longer than the poll interval, the
+        next due delayed job (database clock) or the next task deadline."""
         wait = self.settings.poll_interval
+        if len(self._running) < self.options.concurrency and not self._stop.is_set():
+            try:
+                due = self.store.job_next_due(queues=self.queues, tasks=self.tasks)
+            except errors.StoreError as exc:
+                log.warning("could not read the next due job: %s", exc)
+                due = None
+            if due is not None:
+                wait = min(wait, max(due, MIN_WAIT))
         if self._deadlines:
             wait = min(wait, max(0.0, min(self._deadlines.values()) - time.monotonic()))
         return wait
@@ -428,14 +448,8 @@ class Worker:
         self._outcomes.put(_Stop(tuple(claims)))
 
     # -- heartbeat and session loss -------------------------------------------------------
-    def _heartbeat_loop(self, beat_store: Store) -> None:
-        try:
-            while not self._services_stop.wait(self.settings.heartbeat_interval):
-                self._beat(beat_store)
-        finally:
-            beat_store.close()
-
-    def _beat(self, beat_store: Store) -> None:
+    def _beat(self, connection: Any) -> None:
+        """On the hub thread, over the hub's dedicated connection."""
         session = self.session
         if session is None or self._session_lost.is_set():
             return
@@ -443,7 +457,7 @@ class Worker:
             claims = [h.job.claim for h in self._running.values()]
         started = time.monotonic()
         try:
-            beat = beat_store.session_heartbeat(session.id, claims)
+            beat = self.store.session_heartbeat(session.id, claims, conn=connection)
         except errors.StoreError as exc:
             silent = time.monotonic() - self._last_beat
             log.warning("heartbeat failed (%s); last renewed %.1fs ago", exc, silent)

@@ -42,6 +42,25 @@ from plunder.model import (
 Now = datetime | None
 
 
+class Notifications(Protocol):
+    """Wake-ups from the database on one dedicated connection."""
+
+    listen: bool
+    """False when notifications are off (or unavailable): waits are plain sleeps."""
+
+    @property
+    def connection(self) -> Any:
+        """The dedicated connection (autocommit), reconnected if it was lost."""
+        ...
+
+    def wait(self, timeout: float) -> list[tuple[str, str]]:
+        """Up to ``timeout`` seconds; ``(channel, payload)`` pairs, where ``("*", "")``
+        means "something may have changed (or notifications were lost): re-check"."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class Store(Protocol):
     dialect: str
     """``"sqlite"`` or ``"postgres"``."""
@@ -105,8 +124,14 @@ class Store(Protocol):
     ) -> Session: ...
 
     def session_heartbeat(
-        self, session_id: str, running: Sequence[Claim] = (), *, now: Now = None
+        self, session_id: str, running: Sequence[Claim] = (), *, now: Now = None, conn: Any = None
     ) -> Heartbeat: ...
+
+    def notifications(
+        self, *, listen: bool, application_name: str, statement_timeout: float | None = None
+    ) -> Notifications:
+        """A dedicated connection for wake-ups; it also carries heartbeats (``conn=``)."""
+        ...
 
     def session_close(self, session_id: str, *, now: Now = None) -> list[int]:
         """Delete the session and release its running jobs at once; return their ids."""
@@ -149,8 +174,8 @@ class Store(Protocol):
         """Append ``(kind, data)`` events for a running attempt; StaleClaim if not current."""
         ...
 
-    def job_next_run_at(self, *, queues: Sequence[str], tasks: Sequence[str]) -> datetime | None:
-        """When the earliest pending job for these queues and tasks is due."""
+    def job_next_due(self, *, queues: Sequence[str], tasks: Sequence[str]) -> float | None:
+        """Seconds until the earliest pending job for these queues and tasks is due."""
         ...
 
     # -- janitor -------------------------------------------------------------------------

@@ -15,8 +15,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import secrets
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -36,6 +39,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 from plunder import errors
 from plunder.store.sqlbase import Row, SQLStore
 
+log = logging.getLogger("plunder.store")
 RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected, pg_errors.LockNotAvailable)
 
 
@@ -79,6 +83,96 @@ class _Tx:
         self.conn.execute(sql.encode("utf-8"))
 
 
+CHANNELS = ("plunder_enqueued", "plunder_done", "plunder_stream")  # fixed names, never input
+PROBE_CHANNEL = "plunder_probe"
+
+
+class PgNotifications:
+    """One dedicated connection: LISTENs on plunder's channels, and lends itself to the
+    owner's light periodic calls (heartbeats) between waits.
+
+    Notifications are lost while the connection is down, so after every reconnect it
+    LISTENs first and then reports ``("*", "")``: "re-check everything once". If a probe
+    NOTIFY sent right after LISTEN does not come back (pgbouncer in transaction mode, a
+    database without LISTEN), it stops listening and says so; polling carries on alone.
+    """
+
+    def __init__(self, conninfo: str, kwargs: dict[str, Any], *, listen: bool) -> None:
+        self._conninfo = conninfo
+        self._kwargs = kwargs
+        self.listen = listen
+        self._conn: psycopg.Connection[Any] | None = None
+        self._fresh = False
+
+    @property
+    def connection(self) -> psycopg.Connection[Any]:
+        """The connection, reconnected (and re-LISTENed) if it was lost."""
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._connect()
+        assert self._conn is not None
+        return self._conn
+
+    def _connect(self) -> None:
+        self.close()
+        try:
+            conn = psycopg.connect(self._conninfo, **self._kwargs)
+        except psycopg.Error as exc:
+            raise errors.StoreBusy(f"cannot open the listening connection: {exc}") from exc
+        self._conn = conn
+        self._fresh = True
+        if self.listen:
+            for channel in CHANNELS:
+                conn.execute(f"LISTEN {channel}")
+            if not self._probe(conn):
+                log.warning(
+                    "LISTEN/NOTIFY does not come back on this connection (a "
+                    "transaction-mode pooler?); falling back to polling only"
+                )
+                self.listen = False
+
+    def _probe(self, conn: psycopg.Connection[Any]) -> bool:
+        token = secrets.token_hex(8)
+        conn.execute(f"LISTEN {PROBE_CHANNEL}")
+        conn.execute("SELECT pg_notify(%s, %s)", (PROBE_CHANNEL, token))
+        received = [
+            n for n in conn.notifies(timeout=1.0, stop_after=1) if n.channel == PROBE_CHANNEL
+        ]
+        conn.execute(f"UNLISTEN {PROBE_CHANNEL}")
+        return any(n.payload == token for n in received)
+
+    def wait(self, timeout: float) -> list[tuple[str, str]]:
+        """Wait up to ``timeout`` seconds; return the notifications that arrived."""
+        try:
+            conn = self.connection
+            if self._fresh:
+                self._fresh = False
+                return [("*", "")]
+            if not self.listen:
+                time.sleep(timeout)
+                return []
+            got = [
+                (n.channel, n.payload)
+                for n in conn.notifies(timeout=max(0.0, timeout), stop_after=1)
+            ]
+            if got:
+                got += [(n.channel, n.payload) for n in conn.notifies(timeout=0.0)]
+            return got
+        except psycopg.Error as exc:
+            log.warning("listening connection lost (%s); reconnecting", str(exc).strip())
+            self.close()
+            time.sleep(min(timeout, 0.5))
+            return []
+        except errors.StoreBusy as exc:
+            log.warning("%s", exc)
+            time.sleep(min(timeout, 0.5))
+            return []
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
 class PostgresStore(SQLStore):
     dialect = "postgres"
     notifies = True
@@ -118,21 +212,33 @@ class PostgresStore(SQLStore):
                     open=True,
                     timeout=self._connect_timeout,
                     name="plunder",
-                    kwargs={
-                        "autocommit": True,
-                        "application_name": self._application_name,
-                        "connect_timeout": max(1, int(self._connect_timeout)),
-                        "keepalives": 1,
-                        "keepalives_idle": 10,
-                        "keepalives_interval": 5,
-                        "keepalives_count": 3,
-                        # a peer that stops acknowledging is dropped after this, instead
-                        # of hanging a call for the kernel's ~15 minutes
-                        "tcp_user_timeout": int(self._tcp_user_timeout * 1000),
-                        **self._timeout_option(),
-                    },
+                    kwargs=self._connection_kwargs(),
                 )
             return self._pool
+
+    def _connection_kwargs(self) -> dict[str, Any]:
+        return {
+            "autocommit": True,
+            "application_name": self._application_name,
+            "connect_timeout": max(1, int(self._connect_timeout)),
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
+            # a peer that stops acknowledging is dropped after this, instead
+            # of hanging a call for the kernel's ~15 minutes
+            "tcp_user_timeout": int(self._tcp_user_timeout * 1000),
+            **self._timeout_option(),
+        }
+
+    def notifications(
+        self, *, listen: bool, application_name: str, statement_timeout: float | None = None
+    ) -> PgNotifications:
+        """A dedicated connection for wake-ups (and the owner's heartbeats)."""
+        kwargs = {**self._connection_kwargs(), "application_name": application_name}
+        if statement_timeout is not None:
+            kwargs["options"] = f"-c statement_timeout={int(statement_timeout * 1000)}"
+        return PgNotifications(self._conninfo, kwargs, listen=listen)
 
     def _timeout_option(self) -> dict[str, str]:
         if self._statement_timeout is None:

@@ -165,19 +165,21 @@ class SQLStore(ABC):
         self._notify(tx, CHANNEL_ENQUEUED, pending)
         self._notify(tx, CHANNEL_DONE, finished)
 
-    def job_next_run_at(self, *, queues: Sequence[str], tasks: Sequence[str]) -> datetime | None:
-        """When the earliest pending job for these queues and tasks is due (None: none)."""
+    def job_next_due(self, *, queues: Sequence[str], tasks: Sequence[str]) -> float | None:
+        """Seconds until the earliest pending job for these queues and tasks is due, by the
+        database clock (zero or less: due now; None: no such job)."""
         if not queues or not tasks:
             return None
         row = self._run(
             lambda tx: tx.one(
-                "job_next_run_at",
+                "job_next_due",
                 queues=self._list_in(list(queues)),
                 tasks=self._list_in(list(tasks)),
+                now=tx.clock(None),
             ),
             write=False,
         )
-        return None if row is None or row["run_at"] is None else self._time(row["run_at"])
+        return None if row is None or row["due_in"] is None else float(row["due_in"])
 
     # -- the transaction runner -----------------------------------------------------------
     def _run(self, op: Callable[[Tx], T], *, write: bool = True, conn: Any = None) -> T:
@@ -432,8 +434,12 @@ class SQLStore(ABC):
         return self._session(row)
 
     def session_heartbeat(
-        self, session_id: str, running: Sequence[Claim] = (), *, now: Now = None
+        self, session_id: str, running: Sequence[Claim] = (), *, now: Now = None, conn: Any = None
     ) -> Heartbeat:
+        """Extend the session by its expiry, by the database clock. With ``conn`` (the
+        dedicated connection of :meth:`notifications`, in autocommit mode) it runs there,
+        statement by statement, so heartbeats need no connection of their own."""
+
         def op(tx: Tx) -> Heartbeat:
             row = tx.one("session_heartbeat", session_id=session_id, now=tx.clock(now))
             if row is None:
@@ -441,7 +447,7 @@ class SQLStore(ABC):
             stop = self._not_current(tx, running) if running else ()
             return Heartbeat(alive=True, expires_at=self._time(row["expires_at"]), stop=stop)
 
-        return self._run(op)
+        return self._run(op, conn=conn)
 
     def _not_current(self, tx: Tx, claims: Sequence[Claim]) -> tuple[Claim, ...]:
         states = {

@@ -14,9 +14,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -27,6 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 from plunder import errors, payload
 from plunder.store.sqlbase import Row, SQLStore
 
+log = logging.getLogger("plunder.store")
 SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
 NETWORK_FILESYSTEMS = frozenset(
     {
@@ -142,6 +145,61 @@ def _epoch(value: datetime) -> float:
     return value.timestamp()
 
 
+POLL_STEP = 0.005  # seconds between PRAGMA data_version reads while waiting
+
+
+class SqliteNotifications:
+    """SQLite has no NOTIFY. A dedicated connection reads ``PRAGMA data_version`` every few
+    milliseconds: it changes whenever another connection commits, so any change reports
+    ``("*", "")`` ("something changed; re-check"). The read touches no table and takes
+    microseconds. The connection also carries the owner's heartbeats."""
+
+    def __init__(self, open_connection: Any, *, listen: bool) -> None:
+        self._open = open_connection
+        self.listen = listen
+        self._conn: sqlite3.Connection | None = None
+        self._version: int | None = None
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self._conn = self._open()
+        return self._conn
+
+    def _data_version(self) -> int:
+        return int(self.connection.execute("PRAGMA data_version").fetchone()[0])
+
+    def wait(self, timeout: float) -> list[tuple[str, str]]:
+        if not self.listen:
+            time.sleep(timeout)
+            return []
+        deadline = time.monotonic() + timeout
+        try:
+            if self._version is None:
+                self._version = self._data_version()
+                return [("*", "")]
+            while True:
+                version = self._data_version()
+                if version != self._version:
+                    self._version = version
+                    return [("*", "")]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return []
+                time.sleep(min(POLL_STEP, left))
+        except sqlite3.Error as exc:
+            log.warning("data_version poll failed (%s); reopening", exc)
+            self.close()
+            time.sleep(min(timeout, 0.5))
+            return []
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        self._version = None
+        if conn is not None:
+            conn.close()
+
+
 class SqliteStore(SQLStore):
     dialect = "sqlite"
 
@@ -199,6 +257,14 @@ class SqliteStore(SQLStore):
             conn.close()
             raise errors.StoreUnavailable(f"{self.path}: could not switch to WAL (got {mode})")
         return conn
+
+    def notifications(
+        self, *, listen: bool, application_name: str, statement_timeout: float | None = None
+    ) -> SqliteNotifications:
+        """A dedicated connection that notices other connections' commits (and carries the
+        owner's heartbeats). ``application_name`` and ``statement_timeout`` are PostgreSQL
+        settings with no SQLite equivalent."""
+        return SqliteNotifications(self._open, listen=listen)
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[_Tx]:

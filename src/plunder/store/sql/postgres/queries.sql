@@ -411,8 +411,10 @@ GROUP BY j.queue, clock.now;
 -- channel name. Payloads stay under PostgreSQL's 8000-byte limit (the store chunks them).
 SELECT pg_notify(%(channel)s, %(payload)s);
 
--- name: job_next_run_at
--- When the earliest pending job this worker could run becomes due, so it can sleep until
--- then instead of ticking.
-SELECT min(run_at) AS run_at FROM plunder_jobs
+-- name: job_next_due
+-- Seconds (by the database clock) until the earliest pending job this worker could run is
+-- due, so it can sleep until then instead of ticking.
+SELECT extract(epoch FROM min(run_at) - COALESCE(%(now)s::timestamptz, statement_timestamp()))::float8
+       AS due_in
+FROM plunder_jobs
 WHERE status = 'pending' AND queue = ANY(%(queues)s::text[]) AND task = ANY(%(tasks)s::text[]);

@@ -319,9 +319,9 @@ GROUP BY queue;
 -- store never sends this; it exists so that both dialects name the same operations.
 SELECT :channel AS channel, :payload AS payload WHERE 0;
 
--- name: job_next_run_at
--- When the earliest pending job this worker could run becomes due, so it can sleep until
--- then instead of ticking.
-SELECT min(run_at) AS run_at FROM plunder_jobs
+-- name: job_next_due
+-- Seconds (by the database clock) until the earliest pending job this worker could run is
+-- due, so it can sleep until then instead of ticking.
+SELECT min(run_at) - :now AS due_in FROM plunder_jobs
 WHERE status = 'pending' AND queue IN (SELECT value FROM json_each(:queues))
   AND task IN (SELECT value FROM json_each(:tasks));

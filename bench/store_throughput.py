@@ -27,13 +27,13 @@ def measure(store: Store, jobs: int, batch: int) -> tuple[float, float]:
     started = time.perf_counter()
     store.job_enqueue_many(specs)
     enqueue_rate = jobs / (time.perf_counter() - started)
-    session = store.session_open(name="bench", host="bench", pid=0, queues=["default"],
-                                 expiry=600)
+    session = store.session_open(name="bench", host="bench", pid=0, queues=["default"], expiry=600)
     done = 0
     started = time.perf_counter()
     while True:
-        claimed = store.job_claim_many(session.id, queues=["default"], tasks=["bench.noop"],
-                                       limit=batch)
+        claimed = store.job_claim_many(
+            session.id, queues=["default"], tasks=["bench.noop"], limit=batch
+        )
         if not claimed:
             break
         ack = store.job_complete_many([Completion(j.claim, None) for j in claimed])
@@ -66,8 +66,10 @@ def main() -> None:
             store.close()
     finally:
         cluster.destroy()
-    print(f"| backend | enqueue {options.jobs} in one batch (jobs/s) | claim + complete, "
-          f"batches of {options.batch} (jobs/s) |")
+    print(
+        f"| backend | enqueue {options.jobs} in one batch (jobs/s) | claim + complete, "
+        f"batches of {options.batch} (jobs/s) |"
+    )
     print("|---|---:|---:|")
     for backend, rows in results.items():
         enqueue = statistics.median(r[0] for r in rows)

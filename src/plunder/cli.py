@@ -177,6 +177,12 @@ def interval_options(fn: F) -> F:
 )
 @click.option("--name", default=None, help="Worker name shown in status and run history.")
 @click.option("--no-janitor", is_flag=True, help="Do not take part in janitor duty.")
+@click.option(
+    "--no-listen",
+    is_flag=True,
+    help="No LISTEN/NOTIFY or data_version wake-ups: "
+    "poll every --poll-interval (env PLUNDER_LISTEN=0).",
+)
 @interval_options
 @pass_state
 def worker(
@@ -189,12 +195,13 @@ def worker(
     grace: float,
     name: str | None,
     no_janitor: bool,
+    no_listen: bool,
     **intervals: float | None,
 ) -> None:
     """Run a worker: claim jobs, run them, acknowledge them."""
     with user_errors():
         app = load_app(app_spec, state)
-        app.configure(**intervals)
+        app.configure(**intervals, listen=False if no_listen else None)
         queue_list = tuple(q.strip() for q in queues.split(",") if q.strip()) if queues else None
         Worker(
             app,

@@ -1,0 +1,132 @@
+"""Wake-ups: workers start jobs at once through notifications, fall back to polling when
+notifications are off or lost, and a rolled-back enqueue wakes nobody."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import plunder
+from plunder.model import JobSpec
+from plunder.states import Status
+from plunder.store import Store
+from tests.store.helpers import raw_connect
+from tests.worker.conftest import Workers, session_of, wait_for
+
+
+def _start_latencies(store: Store, count: int, gap: float = 0.05) -> list[float]:
+    """Enqueue jobs one by one and return enqueue-to-start delays by the database clock."""
+    jobs = []
+    for i in range(count):
+        jobs += store.job_enqueue_many([JobSpec("add", [i, i])])
+        time.sleep(gap)
+    wait_for(
+        lambda: all(store.job_get(j.id).status == Status.SUCCEEDED for j in jobs),
+        timeout=30,
+        what="jobs done",
+    )
+    latencies = []
+    for job in jobs:
+        done = store.job_get(job.id)
+        assert done.started_at is not None
+        latencies.append((done.started_at - done.created_at).total_seconds())
+    return latencies
+
+
+def test_notifications_start_jobs_long_before_the_poll_interval(
+    store: Store, workers: Workers
+) -> None:
+    proc = workers.start("--poll-interval", "5")
+    wait_for(lambda: session_of(store, proc.pid), what="session")
+    time.sleep(0.3)  # let the hub settle after its first "re-check everything"
+    latencies = _start_latencies(store, 20)
+    assert max(latencies) < 1.0, latencies  # polling alone would take up to 5 s
+    assert statistics.median(latencies) < 0.1, latencies
+
+
+def test_without_notifications_polling_alone_picks_jobs_up(store: Store, workers: Workers) -> None:
+    proc = workers.start("--no-listen", "--poll-interval", "0.3")
+    wait_for(lambda: session_of(store, proc.pid), what="session")
+    latencies = _start_latencies(store, 8, gap=0.1)
+    assert max(latencies) < 0.3 + 0.5, latencies
+
+
+def test_a_killed_listener_comes_back_and_polling_covers_the_gap(
+    store: Store, store_url: str, workers: Workers
+) -> None:
+    if not store_url.startswith("postgresql"):
+        pytest.skip("LISTEN connections exist on PostgreSQL only")
+    proc = workers.start("--poll-interval", "1", name="listener-victim")
+    wait_for(lambda: session_of(store, proc.pid), what="session")
+    conn = raw_connect(store_url)
+    conn.autocommit = True
+    try:
+        killed = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'plunder:worker:listener-victim:listen'"
+        ).fetchall()
+    finally:
+        conn.close()
+    assert killed == [(True,)]
+    gap = _start_latencies(store, 3, gap=0.0)  # right after the kill
+    assert max(gap) < 1.0 + 0.5, gap
+    time.sleep(1.0)
+    again = _start_latencies(store, 10)
+    assert statistics.median(again) < 0.1, again  # LISTEN is back
+    assert session_of(store, proc.pid) is not None  # the heartbeat reconnected too
+
+
+def test_a_rolled_back_enqueue_wakes_nobody(store_url: str, tmp_path: Path) -> None:
+    app = plunder.App(store_url, poll_interval=5)
+    woken = threading.Event()
+    try:
+        app.hub.on_work(["default"], woken.set)
+        time.sleep(0.3)
+        woken.clear()  # the hub's first pass re-checks everything once
+        conn = raw_connect(store_url)
+        try:
+            if store_url.startswith("sqlite"):
+                conn.execute("BEGIN IMMEDIATE")
+            app.store.job_enqueue_many([JobSpec("add", [1, 2])], conn=conn)
+            conn.rollback() if not store_url.startswith("sqlite") else conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+        assert not woken.wait(0.5)
+        app.store.job_enqueue_many([JobSpec("add", [1, 2])])
+        assert woken.wait(2.0)
+    finally:
+        app.close()
+
+
+def test_a_worker_keeps_to_its_connection_budget(
+    store: Store, store_url: str, workers: Workers
+) -> None:
+    if not store_url.startswith("postgresql"):
+        pytest.skip("connections are counted on PostgreSQL")
+    proc = workers.start("-c", "16", name="budget")
+    wait_for(lambda: session_of(store, proc.pid), what="session")
+    jobs = store.job_enqueue_many(
+        [JobSpec("streamer", [20]) for _ in range(30)]
+        + [JobSpec("add", [i, i]) for i in range(100)]
+    )
+    conn = raw_connect(store_url)
+    conn.autocommit = True
+    peak = 0
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            rows = conn.execute(
+                "SELECT application_name FROM pg_stat_activity "
+                "WHERE application_name LIKE 'plunder:worker:budget%'"
+            ).fetchall()
+            peak = max(peak, len(rows))
+            if all(store.job_get(j.id).status == Status.SUCCEEDED for j in jobs[::10]):
+                break
+            time.sleep(0.05)
+    finally:
+        conn.close()
+    assert 2 <= peak <= 3, peak  # work + listen, and the janitor's while it holds the lease

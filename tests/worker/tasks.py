@@ -91,3 +91,11 @@ def fails(kind: str) -> None:
 @app.task(name="unserializable")
 def unserializable() -> object:
     return object()
+
+
+@app.task(name="async_streamer")
+async def async_streamer(ctx: plunder.Context, n: int) -> int:
+    for i in range(n):
+        ctx.stream({"token": i})
+        await asyncio.sleep(0)
+    return n

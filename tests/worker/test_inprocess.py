@@ -101,3 +101,10 @@ def test_stream_events_arrive_in_order_before_the_result(worker: Worker) -> None
     assert [e.seq for e in events] == sorted(e.seq for e in events)
     assert sum(e.kind == "progress" for e in events) == 10
     assert any("streamed 100 chunks" in line for line in job.runs[0].logs)
+
+
+def test_an_async_task_streams_and_a_follower_sees_it_live(worker: Worker) -> None:
+    job = tasks.app.enqueue("async_streamer", [50])
+    seen = [e.data["token"] for e in job.stream(timeout=20) if e.kind == "chunk"]
+    assert seen == list(range(50))
+    assert job.result(timeout=5) == 50

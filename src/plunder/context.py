@@ -52,9 +52,17 @@ class Context:
         self.acknowledged = False  # set when transaction() committed the acknowledgement
         self.cancel_reason: str | None = None
         self.log_lines: list[str] = []
-        self.logger = logging.Logger(f"plunder.task.{job.task}", logging.DEBUG)
-        self.logger.parent = logging.getLogger("plunder.task")
-        self.logger.addHandler(_LineCapture(self.log_lines))
+        self._logger: logging.Logger | None = None
+
+    @property
+    def logger(self) -> logging.Logger:
+        """A logger whose lines land in this run's history (and in the worker's log)."""
+        if self._logger is None:
+            logger = logging.Logger(f"plunder.task.{self.job.task}", logging.DEBUG)
+            logger.parent = logging.getLogger("plunder.task")
+            logger.addHandler(_LineCapture(self.log_lines))
+            self._logger = logger
+        return self._logger
 
     # -- identity -------------------------------------------------------------------------
     @property

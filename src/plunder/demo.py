@@ -230,7 +230,7 @@ def run(
         ) as live:
             while time.monotonic() - started < deadline:
                 if not killed:
-                    killed, killed_at, note = _maybe_kill(store, procs[0], note)
+                    killed, killed_at, note = _maybe_kill(store, procs, note)
                 live.update(_table(store, note, time.monotonic() - started))
                 if all(is_terminal(s.status) for s in _all_jobs(store)):
                     break
@@ -246,14 +246,23 @@ def run(
 
 
 def _maybe_kill(
-    store: Store, victim: subprocess.Popen[bytes], note: str
+    store: Store, procs: list[subprocess.Popen[bytes]], note: str
 ) -> tuple[list[int], float | None, str]:
-    sessions = [s for s in store.session_list() if s.pid == victim.pid]
-    if not sessions:
+    """SIGKILL the worker holding the most work, once one holds a long job or three jobs
+    (whichever worker started first may have taken everything)."""
+    by_pid = {p.pid: p for p in procs}
+    best: tuple[int, list[JobRecord]] | None = None
+    for session in store.session_list():
+        if session.pid in by_pid:
+            held = _running_of(store, session.id)
+            if best is None or len(held) > len(best[1]):
+                best = (session.pid, held)
+    if best is None:
         return [], None, note
-    held = _running_of(store, sessions[0].id)
+    pid, held = best
     if len(held) < 3 and not any(j.task == "demo.long" for j in held):
         return [], None, note
+    victim = by_pid[pid]
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     return (

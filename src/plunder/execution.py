@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import importlib
-import inspect
 import multiprocessing
 import multiprocessing.connection
 import queue
@@ -54,7 +53,7 @@ def call_arguments(task: Task, job: JobRecord, ctx: Context) -> tuple[list[Any],
     """Bind the job's JSON arguments (and the context) to the function's signature;
     TypeError names what does not fit."""
     args, kwargs = list(job.args), dict(job.kwargs)
-    signature = inspect.signature(task.fn)
+    signature = task.signature
     if task.context_param:
         names = list(signature.parameters)
         parameter = signature.parameters[task.context_param]
@@ -73,22 +72,49 @@ def call_arguments(task: Task, job: JobRecord, ctx: Context) -> tuple[list[Any],
 
 
 class ThreadRunner:
+    """A cached thread pool: a job goes to an idle thread, or to a new one when none is
+    idle, so a thread stuck in a task that ignores cancellation never takes a slot away
+    from the jobs after it. Threads idle for IDLE_SECONDS exit."""
+
+    IDLE_SECONDS = 60.0
+
     def __init__(self, outcomes: queue.Queue[Any]) -> None:
         self.outcomes = outcomes
+        self._jobs: queue.SimpleQueue[Handle] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
 
     def start(self, handle: Handle) -> None:
-        def target() -> None:
-            try:
-                args, kwargs = call_arguments(handle.task, handle.job, handle.ctx)
-                result = handle.task.fn(*args, **kwargs)
-            except BaseException as exc:  # reported as the job's failure, never swallowed
-                self.outcomes.put(Outcome(handle.job, False, error=exc))
-                return
-            self.outcomes.put(Outcome(handle.job, True, result=result))
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1
+        self._jobs.put(handle)
+        if spawn:
+            threading.Thread(target=self._serve, name="plunder-task", daemon=True).start()
 
-        thread = threading.Thread(target=target, name=f"plunder-job-{handle.job.id}", daemon=True)
-        handle.thread = thread
-        thread.start()
+    def _serve(self) -> None:
+        while True:
+            try:
+                handle = self._jobs.get(timeout=self.IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0:
+                        self._idle -= 1
+                        return
+                continue  # a job is on its way to us
+            self._run(handle)
+            with self._lock:
+                self._idle += 1
+
+    def _run(self, handle: Handle) -> None:
+        try:
+            args, kwargs = call_arguments(handle.task, handle.job, handle.ctx)
+            result = handle.task.fn(*args, **kwargs)
+        except BaseException as exc:  # reported as the job's failure, never swallowed
+            self.outcomes.put(Outcome(handle.job, False, error=exc))
+            return
+        self.outcomes.put(Outcome(handle.job, True, result=result))
 
     def stop(self, handle: Handle, reason: str) -> None:
         handle.ctx.cancel(reason)

@@ -7,6 +7,7 @@ declares a parameter annotated ``plunder.Context``; the worker passes it by name
 
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from collections.abc import Callable, Iterable, Sequence
@@ -63,6 +64,11 @@ class Options:
         )
 
 
+@functools.lru_cache(maxsize=1024)
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
 def _context_parameter(fn: Callable[..., Any]) -> str | None:
     """The name of the parameter annotated ``Context``, if any."""
     try:
@@ -93,6 +99,10 @@ class Task:
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
+
+    @property
+    def signature(self) -> inspect.Signature:
+        return _signature(self.fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)

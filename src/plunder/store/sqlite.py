@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from plunder import errors, payload
+from plunder.store import queries
 from plunder.store.sqlbase import Row, SQLStore
 
 log = logging.getLogger("plunder.store")
@@ -108,6 +109,13 @@ def check_local(path: Path, mounts: str | None = None) -> None:
         )
 
 
+def _returning(sql: Mapping[str, str]) -> frozenset[str]:
+    return frozenset(name for name, text in sql.items() if "RETURNING" in text.upper())
+
+
+_RETURNING = _returning(queries.load("sqlite"))
+
+
 class _Tx:
     def __init__(self, conn: sqlite3.Connection, sql: Mapping[str, str]) -> None:
         self.conn = conn
@@ -130,9 +138,16 @@ class _Tx:
 
     def batch(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> list[Row]:
         sql = self._sql[name]
+        if not rows:
+            return []
+        if name not in _RETURNING:
+            # no rows to read back: let sqlite3 loop in C
+            self.conn.executemany(sql, [{**common, **row} for row in rows])
+            return []
         out: list[Row] = []
+        execute = self.conn.execute
         for row in rows:
-            out.extend(self.conn.execute(sql, {**common, **row}).fetchall())
+            out.extend(execute(sql, {**common, **row}).fetchall())
         return out
 
     def script(self, sql: str) -> None:

@@ -61,7 +61,10 @@ SET status = 'running',
     finished_at = NULL,
     deadline_at = :now + timeout
 WHERE id IN (
-    SELECT j.id FROM plunder_jobs AS j
+    -- INDEXED BY: walk the jobs in claim order and stop after LIMIT matches. Left to
+    -- itself the planner prefers the (queue, status) index and sorts every pending job
+    -- of the queue on each claim, which grows with the depth of the queue.
+    SELECT j.id FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
     WHERE j.status = 'pending'
       AND j.queue IN (SELECT value FROM json_each(:queues))
       AND j.task IN (SELECT value FROM json_each(:tasks))

@@ -1,0 +1,116 @@
+"""Validation of inputs and the small row helpers the store's SQL operations share."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from plunder import errors, payload
+from plunder.model import Claim, ErrorInfo, JobSpec, SweepResult
+from plunder.states import Outcome, Status
+
+Row = Mapping[str, Any]
+MAX_LOG_LINES = 200
+MAX_LOG_LINE_CHARS = 2_000
+INT32 = 2**31 - 1
+
+
+def finite(what: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} must be a number of seconds, not {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{what} must be finite, not {value!r}")
+    return number
+
+
+def positive(what: str, value: object) -> float:
+    number = finite(what, value)
+    if number <= 0:
+        raise ValueError(f"{what} must be positive, not {value!r}")
+    return number
+
+
+def non_negative(what: str, value: object) -> float:
+    number = finite(what, value)
+    if number < 0:
+        raise ValueError(f"{what} must not be negative, not {value!r}")
+    return number
+
+
+def integer(what: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{what} must be an integer from {low} to {high}, not {value!r}")
+    return value
+
+
+def job_id(value: object) -> int:
+    return integer("job id", value, 1, 2**63 - 1)
+
+
+def status_name(value: str) -> str:
+    try:
+        return Status(value).value
+    except ValueError:
+        names = ", ".join(s.value for s in Status)
+        raise errors.InvalidName(f"unknown job status {value!r}; one of: {names}") from None
+
+
+def spec_row(spec: JobSpec) -> dict[str, Any]:
+    """Validate and encode one spec; raise before anything is written."""
+    if not isinstance(spec.args, list | tuple):
+        raise errors.PayloadError(
+            f"args of {spec.task!r} must be a list, not {type(spec.args).__name__}"
+        )
+    if not isinstance(spec.kwargs, dict) or not all(isinstance(k, str) for k in spec.kwargs):
+        raise errors.PayloadError(f"kwargs of {spec.task!r} must be a dict with string keys")
+    return {
+        "queue": payload.check_queue(spec.queue),
+        "task": payload.check_task(spec.task),
+        "args": payload.encode(list(spec.args), what=f"arguments of {spec.task}"),
+        "kwargs": payload.encode(spec.kwargs, what=f"keyword arguments of {spec.task}"),
+        "priority": integer("priority", spec.priority, -INT32, INT32),
+        "max_attempts": integer("max_attempts", spec.max_attempts, 1, 1000),
+        "timeout": None if spec.timeout is None else positive("timeout", spec.timeout),
+        "backoff_base": non_negative("backoff_base", spec.backoff_base),
+        "backoff_cap": non_negative("backoff_cap", spec.backoff_cap),
+        "retry_on_timeout": bool(spec.retry_on_timeout),
+        "key": payload.check_key(spec.key),
+        "delay": non_negative("delay", spec.delay),
+    }
+
+
+def claims_of(rows: list[Row]) -> set[Claim]:
+    """The claims a fenced batch update matched (it returns id, attempt, session_id)."""
+    return {Claim(int(r["id"]), int(r["attempt"]), str(r["session_id"])) for r in rows}
+
+
+def claim_row(claim: Claim) -> dict[str, Any]:
+    return {"job_id": claim.job_id, "attempt": claim.attempt, "session_id": claim.session_id}
+
+
+def logs_text(lines: Sequence[str]) -> str:
+    """Captured log lines, bounded: the last MAX_LOG_LINES lines, each cut to a length."""
+    kept = [str(line)[:MAX_LOG_LINE_CHARS] for line in lines[-MAX_LOG_LINES:]]
+    if len(lines) > MAX_LOG_LINES:
+        kept.insert(0, f"[{len(lines) - MAX_LOG_LINES} earlier lines dropped]")
+    return payload.encode(kept, what="logs")
+
+
+def run_end(
+    job_id: int, attempt: int, outcome: Outcome, error: ErrorInfo | None, logs: Sequence[str] = ()
+) -> dict[str, Any]:
+    return {
+        "job_id": int(job_id),
+        "attempt": int(attempt),
+        "outcome": outcome.value,
+        "error": None if error is None else payload.encode(error.as_dict(), what="error"),
+        "logs": logs_text(logs),
+    }
+
+
+def sweep(rows: list[Row], sessions: Sequence[str] = ()) -> SweepResult:
+    retried = tuple(int(r["id"]) for r in rows if r["status"] == Status.PENDING)
+    finished = tuple(int(r["id"]) for r in rows if r["status"] != Status.PENDING)
+    return SweepResult(retried=retried, finished=finished, sessions=tuple(sessions))

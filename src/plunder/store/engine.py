@@ -1,0 +1,348 @@
+"""The engine under every SQL store: the driver hooks, the transaction runner, schema
+migrations, notifications and the mapping of rows to records.
+
+A driver (``sqlite.py``, ``postgres.py``) supplies connections, a transaction, the value
+conversions its database needs and the classification of its errors; everything else —
+validation, the order of statements inside each transaction, fencing, matching batch rows
+to their inputs — lives here, so both backends behave the same by construction.
+
+Inside one operation::
+
+    _run(op) ── begin ──▶ op(tx): tx.one / tx.all / tx.batch("query_name", ...) ── commit
+       ▲                                    │
+       └── busy? sleep a fixed, jittered interval, run op again (bounded total) ◀┘
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
+
+from plunder import errors, payload, policy
+from plunder.model import (
+    ErrorInfo,
+    JobRecord,
+    Lease,
+    Run,
+    Session,
+)
+from plunder.states import TERMINAL, Outcome, Status
+from plunder.store import queries
+
+T = TypeVar("T")
+Row = Mapping[str, Any]
+Now = datetime | None
+
+MAX_BATCH = 10_000  # claims and acknowledgements per call
+MAX_ENQUEUE = 100_000  # jobs per enqueue call
+
+CHANNEL_ENQUEUED = "plunder_enqueued"  # payload: queue names with new or newly due work
+CHANNEL_DONE = "plunder_done"  # payload: ids of jobs that reached a terminal state
+CHANNEL_STREAM = "plunder_stream"  # payload: ids of jobs with new stream events
+NOTIFY_BYTES = 7000
+
+SESSION_LOST = ErrorInfo(
+    "plunder.SessionLost",
+    "the worker's session expired while this attempt was running (the worker died, "
+    "hung or lost the database)",
+)
+JOB_TIMEOUT = ErrorInfo("plunder.JobTimeout", "the job ran past its timeout")
+
+
+class Tx(Protocol):
+    """One open transaction, as the shared code sees it."""
+
+    conn: Any
+
+    def clock(self, now: Now) -> Any:
+        """The value to pass as the ``now`` parameter for this transaction."""
+        ...
+
+    def all(self, name: str, /, **params: Any) -> list[Row]: ...
+
+    def one(self, name: str, /, **params: Any) -> Row | None: ...
+
+    def batch(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> list[Row]:
+        """Run a batch query over ``rows`` (one statement, or one per row) and return every
+        row it returned."""
+        ...
+
+    def script(self, sql: str) -> None:
+        """Execute one DDL statement."""
+        ...
+
+
+class _EffectsFailed(Exception):
+    """Carries an exception raised by a task's own writes out of the transaction."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
+class Engine(ABC):
+    """What every SQL store operation stands on."""
+
+    dialect: str
+    url: str
+    notifies = False  # whether the database delivers NOTIFY to listeners
+
+    def __init__(
+        self, *, busy_total: float = policy.BUSY_TOTAL, busy_interval: float = policy.BUSY_INTERVAL
+    ) -> None:
+        self.busy_total = busy_total
+        self.busy_interval = busy_interval
+        self.queries = queries.load(self.dialect)
+
+    # -- what a driver provides -----------------------------------------------------------
+    @abstractmethod
+    def _transaction(self, *, write: bool) -> AbstractContextManager[Tx]:
+        """Begin a transaction (SQLite: BEGIN IMMEDIATE for writes), commit on exit."""
+
+    @abstractmethod
+    def _joined(self, conn: Any) -> Tx:
+        """A Tx over the caller's own open connection and transaction."""
+
+    @abstractmethod
+    def _translate(self, exc: Exception) -> Exception | None:
+        """Map a driver error to a plunder error: a StoreBusy means "retry the whole
+        transaction"; None means "not a driver error, let it through"."""
+
+    @abstractmethod
+    def _time(self, value: Any) -> datetime: ...
+
+    @abstractmethod
+    def _list_in(self, values: Sequence[Any]) -> Any: ...
+
+    @abstractmethod
+    def _list_out(self, value: Any) -> list[str]: ...
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close every connection this store opened."""
+
+    # -- notifications --------------------------------------------------------------------
+    def _notify(self, tx: Tx, channel: str, items: Sequence[str]) -> None:
+        """Queue a notification that is delivered when ``tx`` commits: the payload is a
+        comma-separated list (queue names and job ids contain no commas), chunked below the
+        8000-byte limit. A no-op for databases without NOTIFY."""
+        if not self.notifies or not items:
+            return
+        chunk: list[str] = []
+        size = 0
+        for item in sorted(set(items)):
+            if chunk and size + len(item) + 1 > NOTIFY_BYTES:
+                tx.one("notify", channel=channel, payload=",".join(chunk))
+                chunk, size = [], 0
+            chunk.append(item)
+            size += len(item) + 1
+        tx.one("notify", channel=channel, payload=",".join(chunk))
+
+    def _announce(self, tx: Tx, rows: Sequence[Row]) -> None:
+        """Tell listeners about jobs that changed state: pending again wakes the workers of
+        its queue, a terminal state wakes whoever waits for its result."""
+        pending = [str(r["queue"]) for r in rows if r["status"] == Status.PENDING]
+        finished = [str(r["id"]) for r in rows if r["status"] in TERMINAL]
+        self._notify(tx, CHANNEL_ENQUEUED, pending)
+        self._notify(tx, CHANNEL_DONE, finished)
+
+    def job_next_due(self, *, queues: Sequence[str], tasks: Sequence[str]) -> float | None:
+        """Seconds until the earliest pending job for these queues and tasks is due, by the
+        database clock (zero or less: due now; None: no such job)."""
+        if not queues or not tasks:
+            return None
+        row = self._run(
+            lambda tx: tx.one(
+                "job_next_due",
+                queues=self._list_in(list(queues)),
+                tasks=self._list_in(list(tasks)),
+                now=tx.clock(None),
+            ),
+            write=False,
+        )
+        return None if row is None or row["due_in"] is None else float(row["due_in"])
+
+    # -- the transaction runner -----------------------------------------------------------
+    def _run(self, op: Callable[[Tx], T], *, write: bool = True, conn: Any = None) -> T:
+        if conn is not None:
+            return self._once(op, self._joined(conn))
+        backoff = policy.BusyBackoff(interval=self.busy_interval, total=self.busy_total)
+        while True:
+            try:
+                with self._transaction(write=write) as tx:
+                    return op(tx)
+            except errors.StoreBusy as exc:
+                # raised by the driver itself (SQLite BUSY while opening a connection) or by
+                # op: retried like a busy error from the database
+                busy, cause = exc, exc.__cause__
+            except (errors.PlunderError, _EffectsFailed):
+                raise
+            except Exception as exc:
+                translated = self._translate(exc)
+                if translated is None:
+                    raise
+                if not isinstance(translated, errors.StoreBusy):
+                    raise translated from exc
+                busy, cause = translated, exc
+            wait = backoff.next_wait()
+            if wait is None:
+                raise busy from cause
+            time.sleep(wait)
+
+    def _once(self, op: Callable[[Tx], T], tx: Tx) -> T:
+        try:
+            return op(tx)
+        except errors.PlunderError:
+            raise
+        except Exception as exc:
+            translated = self._translate(exc)
+            if translated is None:
+                raise
+            raise translated from exc
+
+    # -- schema ---------------------------------------------------------------------------
+    @property
+    def latest_version(self) -> int:
+        return len(queries.migrations(self.dialect))
+
+    def migrate(self, *, fresh_schema: bool = True) -> int:
+        """Bring the schema to the latest version. An empty database gets the fresh schema
+        in one step (or, with ``fresh_schema=False``, every migration in turn)."""
+
+        def create(tx: Tx) -> None:
+            tx.all("schema_table_create")
+            tx.all("schema_row_init")
+
+        def apply(tx: Tx) -> int:
+            row = tx.one("schema_version_lock")
+            current = int(row["version"]) if row else 0
+            latest = self.latest_version
+            if current > latest:
+                raise errors.SchemaError(self._too_new(current))
+            if current == 0 and fresh_schema:
+                scripts = [queries.schema(self.dialect)]
+            else:
+                scripts = [
+                    sql for version, _, sql in queries.migrations(self.dialect) if version > current
+                ]
+            for script in scripts:
+                for statement in queries.statements(script):
+                    tx.script(statement)
+            tx.all("schema_version_set", version=latest)
+            return latest
+
+        try:
+            self._run(create)
+        except errors.StoreError:
+            # PostgreSQL's CREATE TABLE IF NOT EXISTS is not atomic: when migrators race, the
+            # losers fail on the catalog (unique violation on pg_type, "type already
+            # exists"). The winner's table exists by now, so once more is enough.
+            self._run(create)
+        return self._run(apply)
+
+    def schema_check(self) -> int:
+        def read(tx: Tx) -> int | None:
+            exists = tx.one("schema_table_exists")
+            if not exists or not exists["n"]:
+                return None
+            row = tx.one("schema_version_get")
+            return int(row["version"]) if row else None
+
+        version = self._run(read, write=False)
+        latest = self.latest_version
+        if not version:
+            raise errors.SchemaError(
+                f"{self.url} has no plunder schema; run `plunder init --db {self.url}`"
+            )
+        if version > latest:
+            raise errors.SchemaError(self._too_new(version))
+        if version < latest:
+            raise errors.SchemaError(
+                f"{self.url} has plunder schema version {version}, this plunder needs "
+                f"{latest}; run `plunder init` to migrate"
+            )
+        return version
+
+    def _too_new(self, version: int) -> str:
+        return (
+            f"{self.url} has plunder schema version {version}, newer than this plunder "
+            f"understands ({self.latest_version}); upgrade plunder"
+        )
+
+    def now(self) -> datetime:
+        row = self._run(lambda tx: tx.one("clock_now"), write=False)
+        assert row is not None
+        return self._time(row["now"])
+
+    # -- rows to records ------------------------------------------------------------------
+    def _opt_time(self, value: Any) -> datetime | None:
+        return None if value is None else self._time(value)
+
+    def _job(self, row: Row) -> JobRecord:
+        error = payload.decode(row["error"])
+        return JobRecord(
+            id=int(row["id"]),
+            queue=row["queue"],
+            task=row["task"],
+            args=payload.decode(row["args"]),
+            kwargs=payload.decode(row["kwargs"]),
+            priority=int(row["priority"]),
+            status=Status(row["status"]),
+            attempt=int(row["attempt"]),
+            max_attempts=int(row["max_attempts"]),
+            timeout=row["timeout"],
+            backoff_base=float(row["backoff_base"]),
+            backoff_cap=float(row["backoff_cap"]),
+            retry_on_timeout=bool(row["retry_on_timeout"]),
+            key=row["key"],
+            run_at=self._time(row["run_at"]),
+            created_at=self._time(row["created_at"]),
+            started_at=self._opt_time(row["started_at"]),
+            finished_at=self._opt_time(row["finished_at"]),
+            deadline_at=self._opt_time(row["deadline_at"]),
+            session_id=row["session_id"],
+            result=payload.decode(row["result"]),
+            error=error,
+            failed_sessions=tuple(self._list_out(row["failed_sessions"])),
+        )
+
+    def _run_record(self, row: Row) -> Run:
+        return Run(
+            job_id=int(row["job_id"]),
+            attempt=int(row["attempt"]),
+            session_id=row["session_id"],
+            worker=row["worker"],
+            host=row["host"],
+            pid=int(row["pid"]),
+            started_at=self._time(row["started_at"]),
+            finished_at=self._opt_time(row["finished_at"]),
+            outcome=Outcome(row["outcome"]) if row["outcome"] else None,
+            error=payload.decode(row["error"]),
+            logs=tuple(payload.decode(row["logs"]) or ()),
+        )
+
+    def _session(self, row: Row) -> Session:
+        return Session(
+            id=row["id"],
+            name=row["name"],
+            host=row["host"],
+            pid=int(row["pid"]),
+            queues=tuple(self._list_out(row["queues"])),
+            expiry=float(row["expiry"]),
+            started_at=self._time(row["started_at"]),
+            heartbeat_at=self._time(row["heartbeat_at"]),
+            expires_at=self._time(row["expires_at"]),
+        )
+
+    def _lease(self, row: Row) -> Lease:
+        return Lease(
+            name=row["name"],
+            holder=row["holder"],
+            term=int(row["term"]),
+            acquired_at=self._time(row["acquired_at"]),
+            expires_at=self._time(row["expires_at"]),
+        )

@@ -1,0 +1,122 @@
+"""Leases and the janitor's sweeps: every write checks the lease and its term in the same
+transaction, so a holder that lost its lease changes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from plunder import errors, payload
+from plunder.model import Lease, SweepResult
+from plunder.states import Outcome
+from plunder.store import convert
+from plunder.store.engine import JOB_TIMEOUT, SESSION_LOST, Engine, Now, Tx
+
+
+class Maintenance(Engine):
+    def lease_acquire(self, name: str, holder: str, ttl: float, *, now: Now = None) -> Lease | None:
+        convert.positive("lease ttl", ttl)
+        row = self._run(
+            lambda tx: tx.one(
+                "lease_acquire", name=name, holder=holder, ttl=float(ttl), now=tx.clock(now)
+            )
+        )
+        return self._lease(row) if row else None
+
+    def lease_renew(self, lease: Lease, ttl: float, *, now: Now = None) -> Lease:
+        convert.positive("lease ttl", ttl)
+        row = self._run(
+            lambda tx: tx.one(
+                "lease_renew",
+                name=lease.name,
+                holder=lease.holder,
+                term=lease.term,
+                ttl=float(ttl),
+                now=tx.clock(now),
+            )
+        )
+        if row is None:
+            raise errors.StaleLease(
+                f"lease {lease.name!r} term {lease.term} is no longer held by {lease.holder}"
+            )
+        return self._lease(row)
+
+    def lease_release(self, lease: Lease, *, now: Now = None) -> bool:
+        row = self._run(
+            lambda tx: tx.one(
+                "lease_release",
+                name=lease.name,
+                holder=lease.holder,
+                term=lease.term,
+                now=tx.clock(now),
+            )
+        )
+        return row is not None
+
+    def lease_get(self, name: str) -> Lease | None:
+        row = self._run(lambda tx: tx.one("lease_get", name=name), write=False)
+        return self._lease(row) if row else None
+
+    def _fence(self, tx: Tx, lease: Lease, clock: Any) -> None:
+        if (
+            tx.one("lease_check", name=lease.name, holder=lease.holder, term=lease.term, now=clock)
+            is None
+        ):
+            raise errors.StaleLease(
+                f"lease {lease.name!r} term {lease.term} is no longer held "
+                f"by {lease.holder}; the janitor write was refused"
+            )
+
+    def session_reap_many(self, lease: Lease, *, limit: int = 100, now: Now = None) -> SweepResult:
+        error = payload.encode(SESSION_LOST.as_dict())
+
+        def op(tx: Tx) -> SweepResult:
+            clock = tx.clock(now)
+            self._fence(tx, lease, clock)
+            dead = [str(r["id"]) for r in tx.all("session_expired", now=clock, limit=int(limit))]
+            if not dead:
+                return SweepResult()
+            lost = tx.all("job_lose_many", session_ids=self._list_in(dead), error=error, now=clock)
+            self._announce(tx, lost)
+            tx.batch(
+                "run_finish",
+                [convert.run_end(r["id"], r["attempt"], Outcome.LOST, SESSION_LOST) for r in lost],
+                now=clock,
+            )
+            gone = tx.all("session_delete_many", session_ids=self._list_in(dead), now=clock)
+            return convert.sweep(lost, sessions=[str(r["id"]) for r in gone])
+
+        return self._run(op)
+
+    def job_timeout_many(self, lease: Lease, *, limit: int = 500, now: Now = None) -> SweepResult:
+        error = payload.encode(JOB_TIMEOUT.as_dict())
+
+        def op(tx: Tx) -> SweepResult:
+            clock = tx.clock(now)
+            self._fence(tx, lease, clock)
+            rows = tx.all("job_timeout_many", error=error, limit=int(limit), now=clock)
+            self._announce(tx, rows)
+            tx.batch(
+                "run_finish",
+                [
+                    convert.run_end(r["id"], r["attempt"], Outcome.TIMED_OUT, JOB_TIMEOUT)
+                    for r in rows
+                ],
+                now=clock,
+            )
+            return convert.sweep(rows)
+
+        return self._run(op)
+
+    def job_prune_many(
+        self, lease: Lease, *, older_than: float, limit: int = 1000, now: Now = None
+    ) -> int:
+        convert.non_negative("retention", older_than)
+
+        def op(tx: Tx) -> int:
+            clock = tx.clock(now)
+            self._fence(tx, lease, clock)
+            return len(
+                tx.all("job_prune_many", older_than=float(older_than), limit=int(limit), now=clock)
+            )
+
+        return self._run(op)

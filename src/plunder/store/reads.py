@@ -1,0 +1,86 @@
+"""Reads for people and for waiters: jobs, runs, streams, sessions, queue stats."""
+
+from __future__ import annotations
+
+from plunder import errors, payload
+from plunder.model import JobPage, JobRecord, QueueStats, Run, Session, StreamEvent
+from plunder.states import Status
+from plunder.store import convert
+from plunder.store.engine import Engine, Now, Row, Tx
+
+
+class Reads(Engine):
+    def job_get(self, job_id: int) -> JobRecord:
+        row = self._run(lambda tx: tx.one("job_get", job_id=convert.job_id(job_id)), write=False)
+        if row is None:
+            raise errors.JobNotFound(f"no job {job_id}")
+        return self._job(row)
+
+    def session_list(self, *, now: Now = None) -> list[Session]:
+        rows = self._run(lambda tx: tx.all("session_list", now=tx.clock(now)), write=False)
+        return [self._session(row) for row in rows]
+
+    def stream_read(self, job_id: int, *, after: int = 0, limit: int = 1000) -> list[StreamEvent]:
+        rows = self._run(
+            lambda tx: tx.all(
+                "event_list", job_id=convert.job_id(job_id), after=int(after), limit=int(limit)
+            ),
+            write=False,
+        )
+        return [
+            StreamEvent(
+                job_id=int(r["job_id"]),
+                attempt=int(r["attempt"]),
+                seq=int(r["id"]),
+                kind=str(r["kind"]),
+                data=payload.decode(r["data"]),
+                created_at=self._time(r["created_at"]),
+            )
+            for r in rows
+        ]
+
+    def job_list(
+        self,
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        task: str | None = None,
+        after: int | None = None,
+        limit: int = 50,
+    ) -> JobPage:
+        if status is not None:
+            status = convert.status_name(status)
+        if not 1 <= int(limit) <= 1000:
+            raise ValueError(f"limit must be between 1 and 1000, got {limit}")
+        rows = self._run(
+            lambda tx: tx.all(
+                "job_list",
+                queue=queue,
+                status=status,
+                task=task,
+                after=None if after is None else convert.job_id(after),
+                limit=int(limit),
+            ),
+            write=False,
+        )
+        jobs = tuple(self._job(row) for row in rows)
+        next_after = jobs[-1].id if len(jobs) == int(limit) else None
+        return JobPage(jobs, next_after)
+
+    def job_runs(self, job_id: int) -> list[Run]:
+        rows = self._run(lambda tx: tx.all("job_runs", job_id=convert.job_id(job_id)), write=False)
+        return [self._run_record(row) for row in rows]
+
+    def queue_stats(self, *, now: Now = None) -> list[QueueStats]:
+        def op(tx: Tx) -> tuple[list[Row], list[Row]]:
+            clock = tx.clock(now)
+            return tx.all("queue_counts"), tx.all("queue_oldest_pending", now=clock)
+
+        counts, oldest = self._run(op, write=False)
+        by_queue: dict[str, dict[str, int]] = {}
+        for row in counts:
+            by_queue.setdefault(str(row["queue"]), {s.value: 0 for s in Status})[
+                str(row["status"])
+            ] = int(row["n"])
+        ages = {str(r["queue"]): float(r["age"]) for r in oldest}
+        return [QueueStats(queue, by_queue[queue], ages.get(queue)) for queue in sorted(by_queue)]

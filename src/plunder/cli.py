@@ -544,5 +544,36 @@ def demo(state: State, workers: int, job_count: int, as_json: bool) -> None:
             emit_json(summary)
 
 
+@main.command()
+@click.option("--quick", is_flag=True, help="Tiny sizes: checks that it works, measures nothing.")
+@click.option("--repeat", type=click.IntRange(1, 100), default=3, show_default=True)
+@click.option("--systems", default=None, help="Comma-separated systems (default: all).")
+@click.option("--scenarios", default=None, help="Comma-separated scenario numbers 1-7.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def bench(
+    quick: bool, repeat: int, systems: str | None, scenarios: str | None, json_path: str | None
+) -> None:
+    """Benchmark plunder beside its peers on a throwaway PostgreSQL cluster (a source
+    checkout's bench/ package; the peers install into bench/.venv on first use)."""
+    from pathlib import Path
+
+    sys.path.insert(0, os.getcwd())
+    sys.path.insert(1, str(Path(__file__).resolve().parents[2]))
+    try:
+        from bench import harness
+    except ImportError as exc:
+        err.print(f"[red]error:[/red] plunder bench runs from a source checkout: {exc}")
+        sys.exit(1)
+    options = harness.Options(quick=quick, repeat=repeat, echo=click.echo)
+    if quick:
+        options.sizes = harness.Sizes.quick()
+    if systems:
+        options.systems = [s.strip() for s in systems.split(",") if s.strip()]
+    if scenarios:
+        options.scenarios = [s.strip() for s in scenarios.split(",") if s.strip()]
+    options.json_path = Path(json_path) if json_path else None
+    sys.exit(harness.main(options))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

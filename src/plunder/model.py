@@ -238,6 +238,15 @@ class AckResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Exchange:
+    """What one worker turn did in one transaction: acknowledged, then claimed."""
+
+    completed: AckResult
+    failed: AckResult
+    claimed: tuple[JobRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class SweepResult:
     """What one janitor pass changed."""
 

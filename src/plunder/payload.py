@@ -63,11 +63,18 @@ def _too_deep(value: Any) -> bool:
     return False
 
 
+_decoder = json.JSONDecoder()
+
+
 def decode(text: str | None) -> Any:
     """Decode stored JSON text (None stays None)."""
     if text is None:
         return None
-    return json.loads(text)
+    if text == "[]":  # the common empty cases, without the parser (hot on every claim)
+        return []
+    if text == "{}":
+        return {}
+    return _decoder.decode(text)
 
 
 def parse(text: str, *, what: str = "JSON") -> Any:

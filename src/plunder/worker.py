@@ -210,9 +210,8 @@ class Worker:
             self._renew_session()
         self._collect(block=False)
         self._enforce_deadlines()
-        self._acknowledge()
-        free = self.options.concurrency - len(self._running)
-        claimed = self._claim(free) if free > 0 and not self._stop.is_set() else 0
+        free = 0 if self._stop.is_set() else self.options.concurrency - len(self._running)
+        claimed = self._turn(free)
         if claimed and claimed == free:
             return  # full: go straight to waiting for outcomes on the next turn
         if claimed:
@@ -234,6 +233,41 @@ class Worker:
         if self._deadlines:
             wait = min(wait, max(0.0, min(self._deadlines.values()) - time.monotonic()))
         return wait
+
+    def _turn(self, free: int) -> int:
+        """Acknowledge what finished and claim up to ``free`` jobs in one transaction."""
+        done = self._completions[:ACK_BATCH]
+        failed = self._failures[:ACK_BATCH]
+        if not done and not failed:
+            return self._claim(free) if free > 0 else 0
+        if free <= 0:
+            self._acknowledge()
+            return 0
+        assert self.session is not None
+        try:
+            exchange = self.store.job_exchange_many(
+                done,
+                failed,
+                session_id=self.session.id,
+                queues=self.queues,
+                tasks=self.tasks,
+                limit=free,
+            )
+        except errors.SessionGone:
+            self._session_lost.set()
+            return 0
+        except errors.StoreError as exc:
+            log.warning("acknowledge-and-claim failed (%s); doing them one by one", exc)
+            self._acknowledge()
+            return self._claim(free)
+        del self._completions[: len(done)]
+        del self._failures[: len(failed)]
+        self._count(exchange.completed, "succeeded")
+        self._count(exchange.failed, "failed")
+        for job in exchange.claimed:
+            self._start(job)
+        self.stats["claimed"] += len(exchange.claimed)
+        return len(exchange.claimed)
 
     def _claim(self, free: int) -> int:
         assert self.session is not None
@@ -401,6 +435,9 @@ class Worker:
                         Failure(item.claim, info, retry_delay=0.0, logs=item.logs) for item in batch
                     ]
                 return
+        self._count(ack, kind)
+
+    def _count(self, ack: AckResult, kind: str) -> None:
         self.stats[kind] += len(ack.accepted)
         self.stats["stale"] += len(ack.stale)
         for claim in ack.stale:

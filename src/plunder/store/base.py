@@ -26,6 +26,7 @@ from plunder.model import (
     AckResult,
     Claim,
     Completion,
+    Exchange,
     Failure,
     Heartbeat,
     JobPage,
@@ -163,6 +164,20 @@ class Store(Protocol):
         ...
 
     def job_result_set(self, claim: Claim, result: Any) -> bool: ...
+
+    def job_exchange_many(
+        self,
+        completions: Sequence[Completion],
+        failures: Sequence[Failure],
+        *,
+        session_id: str,
+        queues: Sequence[str],
+        tasks: Sequence[str],
+        limit: int,
+        now: Now = None,
+    ) -> Exchange:
+        """Acknowledge and claim in one transaction (a worker's turn, one commit)."""
+        ...
 
     def job_fail_many(self, failures: Sequence[Failure], *, now: Now = None) -> AckResult: ...
 

@@ -71,6 +71,10 @@ class Tx(Protocol):
         row it returned."""
         ...
 
+    def batch_count(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> int:
+        """Run a batch statement that returns nothing; the number of rows it changed."""
+        ...
+
     def script(self, sql: str) -> None:
         """Execute one DDL statement."""
         ...

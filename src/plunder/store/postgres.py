@@ -79,6 +79,14 @@ class _Tx:
         columns: dict[str, Any] = {key: [row[key] for row in rows] for key in rows[0]}
         return self.all(name, **columns, **common)
 
+    def batch_count(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> int:
+        if not rows:
+            return 0
+        columns: dict[str, Any] = {key: [row[key] for row in rows] for key in rows[0]}
+        with self.conn.cursor() as cur:
+            cur.execute(self._sql[name], {**columns, **common})
+            return int(cur.rowcount)
+
     def script(self, sql: str) -> None:
         self.conn.execute(sql.encode("utf-8"))
 

@@ -26,6 +26,7 @@ from plunder.model import (
     Claim,
     Completion,
     ErrorInfo,
+    Exchange,
     Failure,
     Heartbeat,
     JobRecord,
@@ -243,39 +244,92 @@ class SQLStore(Maintenance, Reads):
         limit: int,
         now: Now = None,
     ) -> list[JobRecord]:
+        self._check_claim(queues, limit)
+        rows = self._run(
+            lambda tx: self._claim(
+                tx, session_id, queues=queues, tasks=tasks, limit=limit, clock=tx.clock(now)
+            )
+        )
+        return self._claimed(rows)
+
+    def job_exchange_many(
+        self,
+        completions: Sequence[Completion],
+        failures: Sequence[Failure],
+        *,
+        session_id: str,
+        queues: Sequence[str],
+        tasks: Sequence[str],
+        limit: int,
+        now: Now = None,
+    ) -> Exchange:
+        """Acknowledge finished attempts and claim new jobs in ONE transaction: a worker's
+        whole turn costs one commit. ``limit=0`` only acknowledges. Completions here may
+        not carry ``effects`` (those need a transaction each)."""
+        if any(c.effects is not None for c in completions):
+            raise ValueError("completions with effects go through job_complete_many")
+        if limit:
+            self._check_claim(queues, limit)
+        plain = self._encode_results(completions)
+        fail_rows = self._failure_rows(failures)
+
+        def op(tx: Tx) -> tuple[AckResult, AckResult, list[Row]]:
+            clock = tx.clock(now)
+            ok, refused = self._complete(tx, plain, now) if plain else ([], [])
+            failed = self._fail(tx, failures, fail_rows, clock) if failures else AckResult((), ())
+            rows = (
+                self._claim(tx, session_id, queues=queues, tasks=tasks, limit=limit, clock=clock)
+                if limit
+                else []
+            )
+            return AckResult(tuple(ok), tuple(refused)), failed, rows
+
+        completed, failed, rows = self._run(op)
+        return Exchange(completed, failed, tuple(self._claimed(rows)))
+
+    def _check_claim(self, queues: Sequence[str], limit: int) -> None:
         for queue in queues:
             payload.check_queue(queue)
         if not 1 <= int(limit) <= MAX_BATCH:
             raise ValueError(f"claim limit must be between 1 and {MAX_BATCH}, got {limit}")
 
-        def op(tx: Tx) -> list[Row]:
-            clock = tx.clock(now)
-            rows = (
-                tx.all(
-                    "job_claim_many",
-                    session_id=session_id,
-                    queues=self._list_in(list(queues)),
-                    tasks=self._list_in(list(tasks)),
-                    limit=int(limit),
-                    now=clock,
-                )
-                if queues and tasks
-                else []
+    def _claim(
+        self,
+        tx: Tx,
+        session_id: str,
+        *,
+        queues: Sequence[str],
+        tasks: Sequence[str],
+        limit: int,
+        clock: Any,
+    ) -> list[Row]:
+        rows = (
+            tx.all(
+                "job_claim_many",
+                session_id=session_id,
+                queues=self._list_in(list(queues)),
+                tasks=self._list_in(list(tasks)),
+                limit=int(limit),
+                now=clock,
             )
-            if rows:
-                tx.batch(
-                    "run_open",
-                    [
-                        {"job_id": r["id"], "attempt": r["attempt"], "session_id": session_id}
-                        for r in rows
-                    ],
-                    now=clock,
-                )
-            elif tx.one("session_alive", session_id=session_id, now=clock) is None:
-                raise errors.SessionGone(f"session {session_id} has expired or was closed")
-            return rows
+            if queues and tasks
+            else []
+        )
+        if rows:
+            tx.batch(
+                "run_open",
+                [
+                    {"job_id": r["id"], "attempt": r["attempt"], "session_id": session_id}
+                    for r in rows
+                ],
+                now=clock,
+            )
+        elif tx.one("session_alive", session_id=session_id, now=clock) is None:
+            raise errors.SessionGone(f"session {session_id} has expired or was closed")
+        return rows
 
-        jobs = [self._job(row) for row in self._run(op)]
+    def _claimed(self, rows: list[Row]) -> list[JobRecord]:
+        jobs = [self._job(row) for row in rows]
         jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
         return jobs
 
@@ -304,10 +358,7 @@ class SQLStore(Maintenance, Reads):
     def job_complete_many(
         self, completions: Sequence[Completion], *, now: Now = None, conn: Any = None
     ) -> AckResult:
-        encoded = [
-            (c, payload.encode(c.result, what=f"result of job {c.claim.job_id}"))
-            for c in completions
-        ]
+        encoded = self._encode_results(completions)
         plain = [(c, text) for c, text in encoded if c.effects is None]
         accepted: list[Claim] = []
         stale: list[Claim] = []
@@ -332,17 +383,23 @@ class SQLStore(Maintenance, Reads):
             stale += refused
         return AckResult(tuple(accepted), tuple(stale), tuple(failed))
 
+    def _encode_results(self, completions: Sequence[Completion]) -> list[tuple[Completion, str]]:
+        return [
+            (c, payload.encode(c.result, what=f"result of job {c.claim.job_id}"))
+            for c in completions
+        ]
+
     def _complete(
         self, tx: Tx, items: list[tuple[Completion, str]], now: Now
     ) -> tuple[list[Claim], list[Claim]]:
         clock = tx.clock(now)
-        returned = tx.batch(
-            "job_complete",
-            [{**convert.claim_row(c.claim), "result": text} for c, text in items],
-            now=clock,
-        )
-        self._announce(tx, returned)
-        done = convert.claims_of(returned)
+        rows = [{**convert.claim_row(c.claim), "result": text} for c, text in items]
+        changed = tx.batch_count("job_complete", rows, now=clock)
+        if changed == len(items):
+            done = {c.claim for c, _ in items}
+        else:  # some were refused, repeated, or had succeeded before: look at each
+            done = self._succeeded(tx, [c.claim for c, _ in items])
+        self._notify(tx, CHANNEL_DONE, [str(claim.job_id) for claim in done])
         ok = [c for c, _ in items if c.claim in done]
         tx.batch(
             "run_finish",
@@ -359,15 +416,13 @@ class SQLStore(Maintenance, Reads):
                 except Exception as exc:
                     raise _EffectsFailed(exc) from exc
         refused = [c for c, _ in items if c.claim not in done]
-        already = self._already_succeeded(tx, [c.claim for c in refused])
-        self._mark_stale(tx, [c for c in refused if c.claim not in already], clock)
-        return [c.claim for c in ok] + sorted(already, key=lambda c: c.job_id), [
-            c.claim for c in refused if c.claim not in already
-        ]
+        self._mark_stale(tx, refused, clock)
+        return [c.claim for c in ok], [c.claim for c in refused]
 
-    def _already_succeeded(self, tx: Tx, claims: list[Claim]) -> set[Claim]:
-        """Claims whose completion committed earlier: a retried acknowledgement after an
-        ambiguous commit is accepted again instead of being reported stale."""
+    def _succeeded(self, tx: Tx, claims: list[Claim]) -> set[Claim]:
+        """Claims whose job is now succeeded under that very claim — by this statement or
+        by an earlier one: a retried acknowledgement after an ambiguous commit is accepted
+        again instead of being reported stale."""
         if not claims:
             return set()
         states = {
@@ -394,7 +449,13 @@ class SQLStore(Maintenance, Reads):
         )
 
     def job_fail_many(self, failures: Sequence[Failure], *, now: Now = None) -> AckResult:
-        rows = [
+        rows = self._failure_rows(failures)
+        if not failures:
+            return AckResult((), ())
+        return self._run(lambda tx: self._fail(tx, failures, rows, tx.clock(now)))
+
+    def _failure_rows(self, failures: Sequence[Failure]) -> list[dict[str, Any]]:
+        return [
             {
                 **convert.claim_row(f.claim),
                 "error": payload.encode(f.error.as_dict(), what="error"),
@@ -407,25 +468,24 @@ class SQLStore(Maintenance, Reads):
             for f in failures
         ]
 
-        def op(tx: Tx) -> AckResult:
-            clock = tx.clock(now)
-            returned = tx.batch("job_fail", rows, now=clock)
-            self._announce(tx, returned)
-            done = convert.claims_of(returned)
-            ok = [f for f in failures if f.claim in done]
-            tx.batch(
-                "run_finish",
-                [
-                    convert.run_end(f.claim.job_id, f.claim.attempt, f.outcome, f.error, f.logs)
-                    for f in ok
-                ],
-                now=clock,
-            )
-            refused = [f for f in failures if f.claim not in done]
-            self._mark_stale(tx, refused, clock)
-            return AckResult(tuple(f.claim for f in ok), tuple(f.claim for f in refused))
-
-        return self._run(op) if failures else AckResult((), ())
+    def _fail(
+        self, tx: Tx, failures: Sequence[Failure], rows: list[dict[str, Any]], clock: Any
+    ) -> AckResult:
+        returned = tx.batch("job_fail", rows, now=clock)
+        self._announce(tx, returned)
+        done = convert.claims_of(returned)
+        ok = [f for f in failures if f.claim in done]
+        tx.batch(
+            "run_finish",
+            [
+                convert.run_end(f.claim.job_id, f.claim.attempt, f.outcome, f.error, f.logs)
+                for f in ok
+            ],
+            now=clock,
+        )
+        refused = [f for f in failures if f.claim not in done]
+        self._mark_stale(tx, refused, clock)
+        return AckResult(tuple(f.claim for f in ok), tuple(f.claim for f in refused))
 
     def job_release_many(self, claims: Sequence[Claim], *, now: Now = None) -> AckResult:
         def op(tx: Tx) -> AckResult:

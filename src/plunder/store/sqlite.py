@@ -150,6 +150,12 @@ class _Tx:
             out.extend(execute(sql, {**common, **row}).fetchall())
         return out
 
+    def batch_count(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> int:
+        if not rows:
+            return 0
+        cursor = self.conn.executemany(self._sql[name], [{**common, **row} for row in rows])
+        return int(cursor.rowcount)
+
     def script(self, sql: str) -> None:
         self.conn.execute(sql)
 

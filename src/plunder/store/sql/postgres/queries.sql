@@ -133,8 +133,9 @@ WHERE id = %(session_id)s
   AND expires_at > COALESCE(%(now)s::timestamptz, statement_timestamp());
 
 -- name: job_complete
--- batch. Fenced: only the current claim of a running job, under a live session. A reaper
--- updating the same row first makes this one re-check its WHERE clause and match nothing.
+-- batch; the store counts the rows it changed. Fenced: only the current claim of a
+-- running job, under a live session. A reaper updating the same row first makes this one
+-- re-check its WHERE clause and match nothing.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 UPDATE plunder_jobs AS j
 SET status = 'succeeded', result = u.result, finished_at = clock.now, deadline_at = NULL
@@ -144,8 +145,7 @@ FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[],
 WHERE j.id = u.job_id AND j.attempt = u.attempt AND j.session_id = u.session_id
   AND j.status = 'running'
   AND EXISTS (SELECT 1 FROM plunder_sessions AS s
-              WHERE s.id = u.session_id AND s.expires_at > clock.now)
-RETURNING j.id, j.attempt, j.session_id, j.status, j.queue;
+              WHERE s.id = u.session_id AND s.expires_at > clock.now);
 
 -- name: job_result_set
 -- The result of a job whose own transaction acknowledged it (Context.transaction), fenced

@@ -106,13 +106,13 @@ WHERE job_id = :job_id AND attempt = :attempt AND session_id = :session_id
 SELECT id FROM plunder_sessions WHERE id = :session_id AND expires_at > :now;
 
 -- name: job_complete
--- batch. Fenced: only the current claim of a running job, under a live session.
+-- batch; the store counts the rows it changed. Fenced: only the current claim of a
+-- running job, under a live session.
 UPDATE plunder_jobs
 SET status = 'succeeded', result = :result, finished_at = :now, deadline_at = NULL
 WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
   AND status = 'running'
-  AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at > :now)
-RETURNING id, attempt, session_id, status, queue;
+  AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at > :now);
 
 -- name: job_result_set
 -- The result of a job whose own transaction acknowledged it (Context.transaction), fenced

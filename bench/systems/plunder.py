@@ -1,0 +1,259 @@
+"""plunder itself, on PostgreSQL or SQLite (the URL decides), with its production defaults:
+fencing, run history and wake-ups on, sessions expire after 5 s, the janitor runs every 1 s.
+
+Workers are the real command line: ``python -m plunder --db URL worker -A bench.tasks:app
+-c CONCURRENCY``. A worker claims as many jobs as it has free slots, so ``-c`` is also its
+claim batch; for no-op jobs a user wants large batches, so ``-c 100``.
+"""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    BenchError,
+    Params,
+    gated_drain,
+    percentiles,
+    spawn,
+    stop_all,
+    wait_idle,
+    wait_until,
+)
+
+CONCURRENCY = 100
+SETTINGS = {"worker": f"python -m plunder worker -A bench.tasks:app -c {CONCURRENCY}"}
+DEEP_CHUNK = 50_000
+HOLD_SECONDS = 120.0
+
+
+class Probe:
+    """Direct reads of plunder's tables (the harness's view of the database)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        if url.startswith("sqlite:"):
+            from plunder.store.sqlite import parse_url
+
+            path, _ = parse_url(url)
+            self.conn: Any = sqlite3.connect(path, isolation_level=None, timeout=30)
+            self.mark = "?"
+        else:
+            import psycopg
+
+            self.conn = psycopg.connect(url, autocommit=True)
+            self.mark = "%s"
+
+    def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        return list(self.conn.execute(sql.replace("%s", self.mark), params).fetchall())
+
+    def scalar(self, sql: str, *params: Any) -> Any:
+        return self.rows(sql, *params)[0][0]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _epoch(value: datetime | float | None) -> float | None:
+    if value is None:
+        return None
+    return value.timestamp() if isinstance(value, datetime) else float(value)
+
+
+def _app(url: str) -> Any:
+    from bench.systems.plunder_app import app
+
+    app.configure(url=url)
+    app.store  # noqa: B018 - open and migrate before anything is timed
+    return app
+
+
+def _workers(p: Params, count: int, app_spec: str = "bench.tasks:app", concurrency: int = 0):
+    env = {"PLUNDER_URL": p.url, **p.extra.get("env", {})}
+    argv = [
+        sys.executable,
+        "-m",
+        "plunder",
+        "--db",
+        p.url,
+        "--log-level",
+        "WARNING",
+        "worker",
+        "-A",
+        app_spec,
+        "-c",
+        str(concurrency or CONCURRENCY),
+    ]
+    log = Path(p.workdir) / "worker.log"
+    return [spawn(argv, env=env, log=log) for _ in range(count)]
+
+
+def _sessions(app: Any, count: int) -> bool:
+    return len(app.store.session_list()) >= count
+
+
+def enqueue(p: Params) -> dict[str, Any]:
+    from bench.systems.plunder_app import app
+
+    _app(p.url)
+    noop = app.registry.get("bench.noop")
+    calls = [(i,) for i in range(p.jobs)]
+    started = time.perf_counter()
+    jobs = noop.enqueue_many(calls)
+    elapsed = time.perf_counter() - started
+    assert len(jobs) == p.jobs
+    app.close()
+    return {"rate": p.jobs / elapsed, "seconds": elapsed, "jobs": p.jobs}
+
+
+def _drain(p: Params, workers: int, before: Any = None) -> dict[str, Any]:
+    app = _app(p.url)
+    noop = app.registry.get("bench.noop")
+    probe = Probe(p.url)
+    if before is not None:
+        before(app, probe)
+    low = probe.scalar("SELECT coalesce(max(id), 0) FROM plunder_jobs")
+    calls = [(i,) for i in range(p.jobs)]
+    try:
+        return gated_drain(
+            lambda: _workers(p, workers),
+            lambda: noop.enqueue_many(calls),
+            lambda: probe.scalar(
+                "SELECT count(*) FROM plunder_jobs WHERE id > %s "
+                "AND status IN ('pending', 'running')",
+                low,
+            ),
+            jobs=p.jobs,
+            timeout=p.timeout,
+            ready=lambda: _sessions(app, workers),
+            last_finish=lambda: _epoch(
+                probe.scalar("SELECT max(finished_at) FROM plunder_jobs WHERE id > %s", low)
+            ),
+        ) | {"concurrency": CONCURRENCY}
+    finally:
+        probe.close()
+        app.close()
+
+
+def drain(p: Params) -> dict[str, Any]:
+    return _drain(p, p.workers)
+
+
+def depth(p: Params) -> dict[str, Any]:
+    """Drain ``jobs`` with one worker on top of ``deep`` pending jobs that it must not run:
+    half wait in another queue and were enqueued first (so they come first in claim order,
+    priority then run_at then id, and every claim has to get past them), half are in the
+    worker's own queue but due tomorrow. Statistics are fresh (ANALYZE) before the drain."""
+    from plunder.model import JobSpec
+
+    def fill(app: Any, probe: Probe) -> None:
+        other, later = p.deep // 2, p.deep - p.deep // 2
+        for queue, count, delay in (("other", other, 0.0), ("default", later, 86_400.0)):
+            for start in range(0, count, DEEP_CHUNK):
+                size = min(DEEP_CHUNK, count - start)
+                app.enqueue_specs(
+                    [JobSpec("bench.noop", [i], queue=queue, delay=delay) for i in range(size)]
+                )
+        probe.conn.execute("ANALYZE")
+
+    return _drain(p, 1, before=fill) | {"deep": p.deep}
+
+
+def latency(p: Params) -> dict[str, Any]:
+    """One idle worker; jobs arrive one per enqueue at a steady rate. Enqueue→start is
+    ``started_at - created_at``, both stamped by the database clock."""
+    app = _app(p.url)
+    probe = Probe(p.url)
+    procs = _workers(p, 1)
+    try:
+        wait_idle(procs, check=lambda: _sessions(app, 1))
+        time.sleep(0.5)
+        count = int(p.rate * p.seconds)
+        ids = []
+        start = time.monotonic()
+        for i in range(count):
+            time.sleep(max(0.0, start + i / p.rate - time.monotonic()))
+            ids.append(app.enqueue("bench.noop", [i]).id)
+        low, high = min(ids), max(ids)
+        wait_until(
+            lambda: probe.scalar(
+                "SELECT count(*) FROM plunder_jobs WHERE id BETWEEN %s AND %s "
+                "AND status = 'succeeded'",
+                low,
+                high,
+            )
+            == count,
+            timeout=p.timeout,
+            what="the latency jobs",
+        )
+        rows = probe.rows(
+            "SELECT created_at, started_at FROM plunder_jobs WHERE id BETWEEN %s AND %s",
+            low,
+            high,
+        )
+    finally:
+        stop_all(procs)
+        probe.close()
+        app.close()
+    return percentiles([_epoch(s) - _epoch(c) for c, s in rows])  # type: ignore[operator]
+
+
+def rescue(p: Params) -> dict[str, Any]:
+    """A worker holds ``hold_jobs`` running jobs and is SIGKILLed; a second worker is
+    already running. The time is from the kill until every one of those jobs has started
+    again elsewhere (its new attempt's ``started_at``, database clock)."""
+    app = _app(p.url)
+    probe = Probe(p.url)
+    hold = app.registry.get("bench.hold")
+    spec = "bench.systems.plunder_app:app"
+    victim = _workers(p, 1, spec, concurrency=p.hold_jobs)
+    rescuers: list[Any] = []
+    try:
+        wait_idle(victim, check=lambda: _sessions(app, 1))
+        ids = [j.id for j in hold.enqueue_many([(HOLD_SECONDS,)] * p.hold_jobs)]
+        marks = ",".join(str(i) for i in ids)
+        wait_until(
+            lambda: probe.scalar(
+                f"SELECT count(*) FROM plunder_jobs WHERE id IN ({marks}) AND status = 'running'"
+            )
+            == len(ids),
+            timeout=30,
+            what="the victim to hold its jobs",
+        )
+        rescuers = _workers(p, 1, spec, concurrency=p.hold_jobs)
+        wait_idle(rescuers, check=lambda: _sessions(app, 2))
+        killed = time.time()
+        victim[0].send_signal(signal.SIGKILL)
+        victim[0].wait()
+        wait_until(
+            lambda: probe.scalar(
+                f"SELECT count(*) FROM plunder_jobs WHERE id IN ({marks}) "
+                "AND status = 'running' AND attempt >= 2"
+            )
+            == len(ids),
+            timeout=p.rescue_cap,
+            what="the rescue",
+        )
+        restarted = probe.scalar(f"SELECT max(started_at) FROM plunder_jobs WHERE id IN ({marks})")
+    except BenchError:
+        raise
+    finally:
+        stop_all(victim + rescuers, grace=0.0)
+        probe.close()
+        app.close()
+    return {"seconds": _epoch(restarted) - killed, "jobs": len(ids)}  # type: ignore[operator]
+
+
+SCENARIOS = {
+    "enqueue": enqueue,
+    "drain": drain,
+    "latency": latency,
+    "rescue": rescue,
+    "depth": depth,
+}

@@ -53,7 +53,7 @@ def worker_thread(store_url: str) -> Iterator[None]:
 
 def test_init_creates_the_schema(empty_url: str) -> None:
     result = plunder(empty_url, "init")
-    assert result.exit_code == 0 and "schema version 2" in result.stdout
+    assert result.exit_code == 0 and "schema version 3" in result.stdout
     assert plunder(empty_url, "init").exit_code == 0  # idempotent
 
 

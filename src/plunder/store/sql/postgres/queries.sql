@@ -64,27 +64,35 @@ SELECT * FROM plunder_jobs WHERE id = %(job_id)s;
 
 -- name: job_claim_many
 -- Claim up to %(limit)s pending jobs, best first, for a live session; rows another claimer
--- holds are skipped, not waited for. A job that this session already failed is left to
--- other live sessions serving its queue, while there are any.
+-- holds are skipped, not waited for. Each of the worker's queues is read on its own with
+-- `queue = q.name` on plunder_jobs_claim, which yields that queue's jobs already in claim
+-- order: the statement reads about LIMIT rows per queue however deep the queue is, with no
+-- sort. A job that this session already failed is left to other live sessions serving its
+-- queue, while there are any.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 picked AS (
-    SELECT j.id FROM plunder_jobs AS j, clock
-    WHERE j.status = 'pending'
-      AND j.queue = ANY(%(queues)s::text[])
-      AND j.task = ANY(%(tasks)s::text[])
-      AND j.run_at <= clock.now
-      AND EXISTS (SELECT 1 FROM plunder_sessions
+    SELECT c.id FROM clock, unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at FROM plunder_jobs AS j
+        WHERE j.status = 'pending'
+          AND j.queue = q.name
+          AND j.task = ANY(%(tasks)s::text[])
+          AND j.run_at <= clock.now
+          AND NOT (
+              cardinality(j.failed_sessions) > 0
+              AND %(session_id)s = ANY(j.failed_sessions)
+              AND EXISTS (
+                  SELECT 1 FROM plunder_sessions AS s
+                  WHERE s.expires_at > clock.now AND j.queue = ANY(s.queues)
+                    AND NOT (s.id = ANY(j.failed_sessions))))
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT %(limit)s
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS c
+    WHERE EXISTS (SELECT 1 FROM plunder_sessions
                   WHERE id = %(session_id)s AND expires_at > clock.now)
-      AND NOT (
-          cardinality(j.failed_sessions) > 0
-          AND %(session_id)s = ANY(j.failed_sessions)
-          AND EXISTS (
-              SELECT 1 FROM plunder_sessions AS s
-              WHERE s.expires_at > clock.now AND j.queue = ANY(s.queues)
-                AND NOT (s.id = ANY(j.failed_sessions))))
-    ORDER BY j.priority DESC, j.run_at, j.id
+    ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(limit)s
-    FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE plunder_jobs AS j
 SET status = 'running',

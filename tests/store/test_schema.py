@@ -156,7 +156,7 @@ def test_migrations_one_by_one_produce_the_fresh_schema(
     [
         "CREATE INDEX plunder_jobs_extra ON plunder_jobs (task)",
         "ALTER TABLE plunder_sessions ADD COLUMN extra TEXT",
-        "DROP INDEX plunder_jobs_by_queue",
+        "DROP INDEX plunder_jobs_running",
     ],
 )
 def test_the_schema_comparison_sees_a_difference(

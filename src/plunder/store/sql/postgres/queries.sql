@@ -52,7 +52,7 @@ FROM unnest(
                        backoff_base, backoff_cap, retry_on_timeout, key, delay, ord),
      clock
 ORDER BY u.ord
-ON CONFLICT (key) WHERE status IN ('pending', 'running') DO NOTHING
+ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
 RETURNING *;
 
 -- name: job_get_active_by_keys
@@ -353,7 +353,7 @@ WHERE id IN (
     SELECT j.id FROM plunder_jobs AS j, clock
     WHERE j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
       AND j.finished_at < clock.now - %(older_than)s * interval '1 second'
-    ORDER BY j.finished_at LIMIT %(limit)s)
+    ORDER BY j.id LIMIT %(limit)s)
 RETURNING id;
 
 -- name: lease_check

@@ -40,7 +40,7 @@ INSERT INTO plunder_jobs (
     :queue, :task, :args, :kwargs, :priority, :max_attempts, :timeout,
     :backoff_base, :backoff_cap, :retry_on_timeout, :key, :now + :delay, :now
 )
-ON CONFLICT (key) WHERE status IN ('pending', 'running') DO NOTHING
+ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
 RETURNING *;
 
 -- name: job_get_active_by_keys
@@ -269,7 +269,7 @@ WHERE id IN (
     SELECT id FROM plunder_jobs
     WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
       AND finished_at < :now - :older_than
-    ORDER BY finished_at LIMIT :limit)
+    ORDER BY id LIMIT :limit)
 RETURNING id;
 
 -- name: lease_check

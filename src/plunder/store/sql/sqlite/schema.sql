@@ -36,13 +36,9 @@ CREATE INDEX plunder_jobs_claim ON plunder_jobs (priority DESC, run_at, id)
 CREATE INDEX plunder_jobs_pending_run_at ON plunder_jobs (run_at) WHERE status = 'pending';
 CREATE INDEX plunder_jobs_running ON plunder_jobs (session_id) WHERE status = 'running';
 CREATE INDEX plunder_jobs_deadline ON plunder_jobs (deadline_at) WHERE status = 'running';
-CREATE INDEX plunder_jobs_finished ON plunder_jobs (finished_at)
-    WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled');
-CREATE INDEX plunder_jobs_by_queue ON plunder_jobs (queue, id);
-CREATE INDEX plunder_jobs_by_status ON plunder_jobs (status, id);
 -- An idempotency key names at most one active job.
 CREATE UNIQUE INDEX plunder_jobs_key ON plunder_jobs (key)
-    WHERE status IN ('pending', 'running');
+    WHERE key IS NOT NULL AND status IN ('pending', 'running');
 
 CREATE TABLE plunder_runs (
     job_id INTEGER NOT NULL REFERENCES plunder_jobs (id) ON DELETE CASCADE,

@@ -68,21 +68,59 @@ class SQLStore(Maintenance, Reads):
         def op(tx: Tx) -> list[JobRecord]:
             clock = tx.clock(now)
             found: dict[int, Row] = {}
+            fresh: set[int] = set()  # inputs inserted now (the others name an active job)
             for _ in range(5):  # a keyed job can finish between our insert and our read
                 todo = [i for i in range(len(rows)) if i not in found]
                 if not todo:
                     break
                 inserted = tx.batch("job_insert", [rows[i] for i in todo], now=clock)
-                found.update(self._match_inserted(tx, rows, todo, inserted))
+                found.update(self._match_inserted(tx, rows, todo, inserted, fresh))
             else:
                 raise errors.StoreBusy("idempotency keys kept changing state during enqueue")
             self._notify(tx, CHANNEL_ENQUEUED, [str(found[i]["queue"]) for i in found])
-            return [self._job(found[i]) for i in range(len(rows))]
+            return [
+                self._fresh(rows[i], found[i]) if i in fresh else self._job(found[i])
+                for i in range(len(rows))
+            ]
 
         return self._run(op, conn=conn)
 
+    def _fresh(self, row: dict[str, Any], inserted: Row) -> JobRecord:
+        """The record of a job just inserted, from what we inserted (decoded from the very
+        JSON text stored) and what the database assigned (id and times)."""
+        return JobRecord(
+            id=int(inserted["id"]),
+            queue=row["queue"],
+            task=row["task"],
+            args=payload.decode(row["args"]),
+            kwargs=payload.decode(row["kwargs"]),
+            priority=row["priority"],
+            status=Status.PENDING,
+            attempt=0,
+            max_attempts=row["max_attempts"],
+            timeout=row["timeout"],
+            backoff_base=row["backoff_base"],
+            backoff_cap=row["backoff_cap"],
+            retry_on_timeout=row["retry_on_timeout"],
+            key=row["key"],
+            run_at=self._time(inserted["run_at"]),
+            created_at=self._time(inserted["created_at"]),
+            started_at=None,
+            finished_at=None,
+            deadline_at=None,
+            session_id=None,
+            result=None,
+            error=None,
+            failed_sessions=(),
+        )
+
     def _match_inserted(
-        self, tx: Tx, rows: list[dict[str, Any]], todo: list[int], inserted: list[Row]
+        self,
+        tx: Tx,
+        rows: list[dict[str, Any]],
+        todo: list[int],
+        inserted: list[Row],
+        fresh: set[int],
     ) -> dict[int, Row]:
         """Pair returned rows with inputs: ids follow input order, and an input was inserted
         unless its key was taken (by an active job, or by an earlier input)."""
@@ -99,6 +137,7 @@ class SQLStore(Maintenance, Reads):
                 if row["key"] != key or row["task"] != rows[i]["task"]:
                     raise errors.StoreError("enqueue returned rows out of input order")
                 matched[i] = row
+                fresh.add(i)
                 if key is not None:
                     taken.add(key)
         keyed = [i for i in todo if i not in matched]

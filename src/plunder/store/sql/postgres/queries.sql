@@ -53,7 +53,7 @@ FROM unnest(
      clock
 ORDER BY u.ord
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
-RETURNING *;
+RETURNING id, key, task, queue, created_at, run_at;
 
 -- name: job_get_active_by_keys
 SELECT * FROM plunder_jobs

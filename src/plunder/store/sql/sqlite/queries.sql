@@ -41,7 +41,7 @@ INSERT INTO plunder_jobs (
     :backoff_base, :backoff_cap, :retry_on_timeout, :key, :now + :delay, :now
 )
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
-RETURNING *;
+RETURNING id, key, task, queue, created_at, run_at;
 
 -- name: job_get_active_by_keys
 SELECT * FROM plunder_jobs

@@ -22,11 +22,17 @@ _QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}")
 _TASK = re.compile(r"[A-Za-z_][A-Za-z0-9_.:\-]{0,199}")
 MAX_KEY_CHARS = 256
 
+_known_queues: set[str] = set()  # names already checked: the check runs on every job
+_known_tasks: set[str] = set()
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def encode(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> str:
     """Encode ``value`` as compact JSON text, or raise PayloadError naming ``what``."""
+    if value is None:
+        return "null"
+    if type(value) in (list, dict) and not value:  # the common empty cases, without the encoder
+        return "[]" if type(value) is list else "{}"
     try:
         text = _encoder.encode(value)
     except (TypeError, ValueError) as exc:
@@ -94,20 +100,28 @@ def parse(text: str, *, what: str = "JSON") -> Any:
 
 
 def check_queue(name: object) -> str:
+    if isinstance(name, str) and name in _known_queues:
+        return name
     if not isinstance(name, str) or not _QUEUE.fullmatch(name):
         raise errors.InvalidName(
             f"invalid queue name {name!r}: use 1-128 characters from A-Z a-z 0-9 _ . : -,"
             " starting with a letter or digit"
         )
+    if len(_known_queues) < 10_000:
+        _known_queues.add(name)
     return name
 
 
 def check_task(name: object) -> str:
+    if isinstance(name, str) and name in _known_tasks:
+        return name
     if not isinstance(name, str) or not _TASK.fullmatch(name):
         raise errors.InvalidName(
             f"invalid task name {name!r}: use 1-200 characters from A-Z a-z 0-9 _ . : -,"
             " starting with a letter or underscore"
         )
+    if len(_known_tasks) < 10_000:
+        _known_tasks.add(name)
     return name
 
 

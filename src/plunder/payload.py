@@ -99,30 +99,36 @@ def parse(text: str, *, what: str = "JSON") -> Any:
         raise errors.PayloadError(f"{what} is not valid JSON: {exc}") from exc
 
 
-def check_queue(name: object) -> str:
-    if isinstance(name, str) and name in _known_queues:
+def _check_name(
+    name: object, pattern: re.Pattern[str], known: set[str], rule: str, kind: str
+) -> str:
+    if isinstance(name, str) and name in known:
         return name
-    if not isinstance(name, str) or not _QUEUE.fullmatch(name):
-        raise errors.InvalidName(
-            f"invalid queue name {name!r}: use 1-128 characters from A-Z a-z 0-9 _ . : -,"
-            " starting with a letter or digit"
-        )
-    if len(_known_queues) < 10_000:
-        _known_queues.add(name)
+    if not isinstance(name, str) or not pattern.fullmatch(name):
+        raise errors.InvalidName(f"invalid {kind} name {name!r}: use {rule}")
+    if len(known) < 10_000:
+        known.add(name)
     return name
+
+
+def check_queue(name: object) -> str:
+    return _check_name(
+        name,
+        _QUEUE,
+        _known_queues,
+        "1-128 characters from A-Z a-z 0-9 _ . : -, starting with a letter or digit",
+        "queue",
+    )
 
 
 def check_task(name: object) -> str:
-    if isinstance(name, str) and name in _known_tasks:
-        return name
-    if not isinstance(name, str) or not _TASK.fullmatch(name):
-        raise errors.InvalidName(
-            f"invalid task name {name!r}: use 1-200 characters from A-Z a-z 0-9 _ . : -,"
-            " starting with a letter or underscore"
-        )
-    if len(_known_tasks) < 10_000:
-        _known_tasks.add(name)
-    return name
+    return _check_name(
+        name,
+        _TASK,
+        _known_tasks,
+        "1-200 characters from A-Z a-z 0-9 _ . : -, starting with a letter or underscore",
+        "task",
+    )
 
 
 def check_key(key: object) -> str | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,8 +12,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from plunder.cli import main
-from plunder.worker import Worker, WorkerOptions
 from tests.worker import tasks
+from tests.worker.conftest import worker_in_thread
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,22 +32,8 @@ def one_line_error(result: Result) -> str:
 
 @pytest.fixture
 def worker_thread(store_url: str) -> Iterator[None]:
-    tasks.app.configure(
-        url=store_url,
-        heartbeat_interval=0.1,
-        session_expiry=1.0,
-        poll_interval=0.05,
-        janitor_interval=0.1,
-    )
-    worker = Worker(tasks.app, WorkerOptions(concurrency=2))
-    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
-    thread.start()
-    try:
+    with worker_in_thread(store_url, concurrency=2):
         yield
-    finally:
-        worker.stop()
-        thread.join(timeout=15)
-        tasks.app.close()
 
 
 def test_init_creates_the_schema(empty_url: str) -> None:

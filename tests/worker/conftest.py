@@ -6,13 +6,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from plunder.store import Store
+from plunder.worker import Worker, WorkerOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = [
@@ -95,3 +98,27 @@ def session_of(store: Store, pid: int) -> str | None:
         if session.pid == pid:
             return session.id
     return None
+
+
+@contextmanager
+def worker_in_thread(url: str, concurrency: int = 4) -> Iterator[Worker]:
+    """A worker for tests.worker.tasks on a thread of this process, with fast intervals."""
+    from tests.worker import tasks
+
+    tasks.app.configure(
+        url=url,
+        heartbeat_interval=0.1,
+        session_expiry=1.0,
+        poll_interval=0.05,
+        janitor_interval=0.1,
+    )
+    running = Worker(tasks.app, WorkerOptions(concurrency=concurrency))
+    thread = threading.Thread(target=running.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+        thread.join(timeout=15)
+        tasks.app.close()
+        assert not thread.is_alive()

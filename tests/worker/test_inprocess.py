@@ -3,37 +3,21 @@ streams. The process-level behaviour (signals, crashes) is in test_processes.py.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 from plunder import JobFailed
 from plunder.states import Outcome, Status
-from plunder.worker import Worker, WorkerOptions
+from plunder.worker import Worker
 from tests.worker import tasks
-from tests.worker.conftest import wait_for
+from tests.worker.conftest import wait_for, worker_in_thread
 
 
 @pytest.fixture
 def worker(store_url: str) -> Iterator[Worker]:
-    tasks.app.configure(
-        url=store_url,
-        heartbeat_interval=0.1,
-        session_expiry=1.0,
-        poll_interval=0.05,
-        janitor_interval=0.1,
-    )
-    running = Worker(tasks.app, WorkerOptions(concurrency=4))
-    thread = threading.Thread(target=running.run, kwargs={"install_signals": False}, daemon=True)
-    thread.start()
-    try:
+    with worker_in_thread(store_url) as running:
         yield running
-    finally:
-        running.stop()
-        thread.join(timeout=15)
-        assert not thread.is_alive()
-        tasks.app.close()
 
 
 def test_sync_async_and_process_tasks_return_results(worker: Worker) -> None:

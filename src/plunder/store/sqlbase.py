@@ -1,15 +1,11 @@
-"""The store seam implemented once over a dialect's named queries.
+"""The store seam implemented once over a dialect's named queries: producers, sessions,
+claims and fenced acknowledgements. (Leases and sweeps are in ``maintenance.py``, reads in
+``reads.py``, the transaction runner and schema in ``engine.py``.)
 
-A driver (``sqlite.py``, ``postgres.py``) supplies connections, a transaction, the value
-conversions its database needs and the classification of its errors; everything else —
-validation, the order of statements inside each transaction, fencing, matching batch rows
-to their inputs — lives here, so both backends behave the same by construction.
+A worker's turn, in one transaction::
 
-Inside one operation::
-
-    _run(op) ── begin ──▶ op(tx): tx.one / tx.all / tx.batch("query_name", ...) ── commit
-       ▲                                    │
-       └── busy? sleep a fixed, jittered interval, run op again (bounded total) ◀┘
+    job_complete (count)  ─▶ run_finish ─▶ job_fail ─▶ run_finish ─▶ job_claim_many ─▶ run_open
+    └─ every write names (job id, attempt, session id); refused claims are reported stale
 """
 
 from __future__ import annotations

@@ -109,7 +109,6 @@ SYSTEMS = {
             True,
             {k: v for k, v in PG_SCENARIOS.items() if k != "6"},
             "set by bench/systems/procrastinate.py",
-            once=frozenset({"rescue"}),
         ),
         System(
             "dbos_pg",

@@ -128,24 +128,29 @@ class Context:
             except errors.StaleClaim:
                 self.cancel("the claim is no longer current")
                 raise
+            except errors.StoreError:
+                with self._lock:  # keep them, in order, for the next flush
+                    self._pending[:0] = events
+                raise
 
     # -- exactly-once effects -------------------------------------------------------------
     @contextmanager
-    def transaction(self) -> Iterator[Any]:
+    def transaction(self, *, result: Any = None) -> Iterator[Any]:
         """Writes made on the yielded connection commit together with this job's
         acknowledgement, or not at all.
 
-        The job is acknowledged (succeeded) when the block ends; the task's return value
-        is stored as its result afterwards. If the claim is no longer current the block's
-        writes are rolled back and :class:`StaleClaim` is raised. Put the block at the end
-        of the task: an exception after it cannot un-acknowledge the job.
+        The job is acknowledged (succeeded) when the block ends, with ``result`` as its
+        result; if the task then returns something else, that replaces it. If the claim is
+        no longer current the block's writes are rolled back and :class:`StaleClaim` is
+        raised. Put the block at the end of the task: an exception after it cannot
+        un-acknowledge the job.
         """
         if self.acknowledged:
             raise errors.PlunderError("this job was already acknowledged by a transaction")
         self.flush()
         with self._store.transaction() as conn:
             yield conn
-            ack = self._store.job_complete_many([Completion(self.claim, None)], conn=conn)
+            ack = self._store.job_complete_many([Completion(self.claim, result)], conn=conn)
             if self.claim not in ack.accepted:
                 raise errors.StaleClaim(
                     f"job {self.job_id} attempt {self.attempt} is no longer claimed by this "

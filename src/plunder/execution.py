@@ -238,7 +238,7 @@ class ProcessRunner:
     ) -> None:
         try:
             kind, value = receive.recv()
-        except EOFError:
+        except (EOFError, OSError, ValueError):  # the child died, or sent something unreadable
             process.join()
             info = ErrorInfo(
                 "plunder.ProcessDied",

@@ -111,13 +111,20 @@ class Hub:
     # -- the thread -----------------------------------------------------------------------
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self._run_periodic()
-            with self._lock:
-                next_due = min((p.due for p in self._periodic), default=None)
-            wait = MAX_WAIT if next_due is None else min(MAX_WAIT, next_due - time.monotonic())
-            notes = self._notes.wait(max(0.0, wait))
-            if notes:
-                self._dispatch(notes)
+            try:
+                self._turn()
+            except Exception:  # the hub carries heartbeats: it must outlive any one failure
+                log.exception("hub: a wait or dispatch failed; going on")
+                self._stop.wait(MAX_WAIT)
+
+    def _turn(self) -> None:
+        self._run_periodic()
+        with self._lock:
+            next_due = min((p.due for p in self._periodic), default=None)
+        wait = MAX_WAIT if next_due is None else min(MAX_WAIT, next_due - time.monotonic())
+        notes = self._notes.wait(max(0.0, wait))
+        if notes:
+            self._dispatch(notes)
 
     def _run_periodic(self) -> None:
         now = time.monotonic()

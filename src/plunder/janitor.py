@@ -162,6 +162,8 @@ class Janitor:
                 self.run_once()
             except errors.StoreError as exc:
                 log.warning("janitor pass failed: %s", exc)
+            except Exception:  # keep the janitor alive; say what happened
+                log.exception("janitor pass failed unexpectedly")
             stop.wait(self.settings.janitor_interval)
         self.release()
 

@@ -228,8 +228,10 @@ class Worker:
             except errors.StoreError as exc:
                 log.warning("could not read the next due job: %s", exc)
                 due = None
-            if due is not None:
+            if due is not None and due > 0:  # a delayed job or retry: wake when it is due
                 wait = min(wait, max(due, MIN_WAIT))
+            # due now but not claimed: locked by another worker or left to the others that
+            # did not fail it yet; a wake-up or the poll interval brings us back
         if self._deadlines:
             wait = min(wait, max(0.0, min(self._deadlines.values()) - time.monotonic()))
         return wait
@@ -421,7 +423,7 @@ class Worker:
             try:
                 ack = call()
                 break
-            except (errors.StoreBusy, errors.StoreUnavailable) as exc:
+            except (errors.StoreBusy, errors.StoreUnavailable, errors.StoreFull) as exc:
                 if self._session_lost.is_set() or self._halt.is_set():
                     return  # the store will refuse them anyway
                 log.warning("acknowledgement failed (%s); retrying in %.2fs", exc, backoff)
@@ -556,7 +558,7 @@ class Worker:
         self._session_lost.clear()
         if self.session is not None:
             try:  # if the database still thinks it lives, release its claims at once
-                self.store.session_close(self.session.id)
+                self.store.session_close(self.session.id, lost=True)
             except errors.StoreError as exc:
                 log.warning("could not close the lost session (it will expire): %s", exc)
         self._open_session()
@@ -593,6 +595,7 @@ class Worker:
             self._acknowledge()
         if self._halt.is_set():
             return
+        self._collect(block=False)  # what finished meanwhile is acknowledged, not released
         self._acknowledge()
         with self._lock:
             left = list(self._running.values())

@@ -134,8 +134,9 @@ class Store(Protocol):
         """A dedicated connection for wake-ups; it also carries heartbeats (``conn=``)."""
         ...
 
-    def session_close(self, session_id: str, *, now: Now = None) -> list[int]:
-        """Delete the session and release its running jobs at once; return their ids."""
+    def session_close(self, session_id: str, *, lost: bool = False, now: Now = None) -> list[int]:
+        """Delete the session and give its running jobs back at once; return their ids.
+        ``lost=True`` counts their attempts (the worker lost the session)."""
         ...
 
     def job_claim_many(

@@ -16,12 +16,19 @@ MAX_LOG_LINE_CHARS = 2_000
 INT32 = 2**31 - 1
 
 
+MAX_SECONDS = 10 * 365 * 24 * 3600.0  # keeps now + interval inside every database's range
+
+
 def finite(what: str, value: object) -> float:
+    """A number of seconds, finite and at most ten years (larger intervals overflow
+    PostgreSQL's timestamps and would break every claim of that queue)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"{what} must be a number of seconds, not {value!r}")
     number = float(value)
     if not math.isfinite(number):
         raise ValueError(f"{what} must be finite, not {value!r}")
+    if abs(number) > MAX_SECONDS:
+        raise ValueError(f"{what} must be at most {MAX_SECONDS:.0f} seconds (ten years)")
     return number
 
 

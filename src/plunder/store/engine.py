@@ -197,6 +197,25 @@ class Engine(ABC):
                 raise busy from cause
             time.sleep(wait)
 
+    def _run_on(self, op: Callable[[Tx], T], conn: Any) -> T:
+        """One transaction on a connection the caller owns (the hub's), not retried: the
+        clock is read after the write lock is taken, so a heartbeat that waited for the lock
+        cannot judge its session alive by a stale time."""
+        try:
+            with self._transaction_on(conn) as tx:
+                return op(tx)
+        except errors.PlunderError:
+            raise
+        except Exception as exc:
+            translated = self._translate(exc)
+            if translated is None:
+                raise
+            raise translated from exc
+
+    @abstractmethod
+    def _transaction_on(self, conn: Any) -> AbstractContextManager[Tx]:
+        """A write transaction on the caller's own (autocommit) connection."""
+
     def _once(self, op: Callable[[Tx], T], tx: Tx) -> T:
         try:
             return op(tx)

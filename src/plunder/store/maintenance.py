@@ -9,7 +9,7 @@ from plunder import errors, payload
 from plunder.model import Lease, SweepResult
 from plunder.states import Outcome
 from plunder.store import convert
-from plunder.store.engine import JOB_TIMEOUT, SESSION_LOST, Engine, Now, Tx
+from plunder.store.engine import JOB_TIMEOUT, SESSION_LOST, Engine, Now, Row, Tx
 
 
 class Maintenance(Engine):
@@ -73,19 +73,30 @@ class Maintenance(Engine):
             clock = tx.clock(now)
             self._fence(tx, lease, clock)
             dead = [str(r["id"]) for r in tx.all("session_expired", now=clock, limit=int(limit))]
+            lost = self._lose(tx, dead, clock, error)  # also running jobs whose session is gone
             if not dead:
-                return SweepResult()
-            lost = tx.all("job_lose_many", session_ids=self._list_in(dead), error=error, now=clock)
-            self._announce(tx, lost)
-            tx.batch(
-                "run_finish",
-                [convert.run_end(r["id"], r["attempt"], Outcome.LOST, SESSION_LOST) for r in lost],
-                now=clock,
-            )
+                return convert.sweep(lost)
             gone = tx.all("session_delete_many", session_ids=self._list_in(dead), now=clock)
             return convert.sweep(lost, sessions=[str(r["id"]) for r in gone])
 
         return self._run(op)
+
+    def _lose(
+        self, tx: Tx, session_ids: list[str], clock: Any, error: str | None = None
+    ) -> list[Row]:
+        """End the running attempts of these sessions — and of any session that no longer
+        exists (a claim that committed after its session was reaped) — as ``lost``."""
+        error = error or payload.encode(SESSION_LOST.as_dict())
+        lost = tx.all(
+            "job_lose_many", session_ids=self._list_in(session_ids), error=error, now=clock
+        )
+        self._announce(tx, lost)
+        tx.batch(
+            "run_finish",
+            [convert.run_end(r["id"], r["attempt"], Outcome.LOST, SESSION_LOST) for r in lost],
+            now=clock,
+        )
+        return lost
 
     def job_timeout_many(self, lease: Lease, *, limit: int = 500, now: Now = None) -> SweepResult:
         error = payload.encode(JOB_TIMEOUT.as_dict())

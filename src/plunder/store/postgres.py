@@ -258,6 +258,12 @@ class PostgresStore(SQLStore):
         with self._get_pool().connection() as conn, conn.transaction():
             yield _Tx(conn, self.queries)
 
+    @contextmanager
+    def _transaction_on(self, conn: Any) -> Iterator[_Tx]:
+        tx = self._joined(conn)
+        with conn.transaction():
+            yield tx
+
     def _joined(self, conn: Any) -> _Tx:
         if not isinstance(conn, psycopg.Connection):
             raise TypeError(f"conn must be a psycopg.Connection, not {type(conn).__name__}")

@@ -238,7 +238,9 @@ class SQLStore(Maintenance, Reads):
             stop = self._not_current(tx, running) if running else ()
             return Heartbeat(alive=True, expires_at=self._time(row["expires_at"]), stop=stop)
 
-        return self._run(op, conn=conn)
+        if conn is not None:
+            return self._run_on(op, conn)
+        return self._run(op)
 
     def _not_current(self, tx: Tx, claims: Sequence[Claim]) -> tuple[Claim, ...]:
         states = {
@@ -248,18 +250,29 @@ class SQLStore(Maintenance, Reads):
         stale = []
         for claim in claims:
             state = states.get(claim.job_id)
+            # succeeded under this very claim: acknowledged by the task's own transaction
+            # (ctx.transaction) while the task still runs; not a reason to stop it
             if not (
                 state
-                and state["status"] == Status.RUNNING
+                and state["status"] in (Status.RUNNING, Status.SUCCEEDED)
                 and state["attempt"] == claim.attempt
                 and state["session_id"] == claim.session_id
             ):
                 stale.append(claim)
         return tuple(stale)
 
-    def session_close(self, session_id: str, *, now: Now = None) -> list[int]:
+    def session_close(self, session_id: str, *, lost: bool = False, now: Now = None) -> list[int]:
+        """Delete the session and give its running jobs back at once. A graceful close
+        releases them without counting the attempt; ``lost=True`` (the worker lost its
+        session and stopped its tasks) counts it, as the reaper would, so a job that keeps
+        costing its worker the session still ends after max_attempts."""
+
         def op(tx: Tx) -> list[int]:
             clock = tx.clock(now)
+            if lost:
+                gone = self._lose(tx, [session_id], clock)
+                tx.one("session_delete", session_id=session_id)
+                return [int(r["id"]) for r in gone]
             running = tx.all("job_running_of_session", session_id=session_id)
             released = self._release(
                 tx, [Claim(int(r["id"]), int(r["attempt"]), session_id) for r in running], clock

@@ -302,6 +302,18 @@ class SqliteStore(SQLStore):
                 conn.execute("ROLLBACK")
             raise
 
+    @contextmanager
+    def _transaction_on(self, conn: Any) -> Iterator[_Tx]:
+        tx = self._joined(conn)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield tx
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
     def _joined(self, conn: Any) -> _Tx:
         if not isinstance(conn, sqlite3.Connection):
             raise TypeError(f"conn must be a sqlite3.Connection, not {type(conn).__name__}")

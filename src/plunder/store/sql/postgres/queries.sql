@@ -306,8 +306,9 @@ SELECT id, attempt, session_id, status FROM plunder_jobs
 WHERE session_id = %(session_id)s AND status = 'running';
 
 -- name: job_lose_many
--- The running jobs of dead sessions: back to pending at once while attempts remain (the
--- attempt that was lost counts), otherwise timed_out.
+-- The running jobs of dead sessions, and of sessions that no longer exist (a claim that
+-- committed after its session was reaped): back to pending at once while attempts remain
+-- (the attempt that was lost counts), otherwise timed_out.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 UPDATE plunder_jobs AS j
 SET status = CASE WHEN j.attempt < j.max_attempts THEN 'pending' ELSE 'timed_out' END,
@@ -318,7 +319,9 @@ SET status = CASE WHEN j.attempt < j.max_attempts THEN 'pending' ELSE 'timed_out
     failed_sessions = array_append(j.failed_sessions, j.session_id),
     session_id = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE j.session_id END
 FROM clock
-WHERE j.status = 'running' AND j.session_id = ANY(%(session_ids)s::text[])
+WHERE j.status = 'running'
+  AND (j.session_id = ANY(%(session_ids)s::text[])
+       OR NOT EXISTS (SELECT 1 FROM plunder_sessions AS s WHERE s.id = j.session_id))
 RETURNING j.id, j.attempt, j.status, j.queue;
 
 -- name: job_timeout_many

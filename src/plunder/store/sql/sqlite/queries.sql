@@ -231,8 +231,9 @@ SELECT id, attempt, session_id, status FROM plunder_jobs
 WHERE session_id = :session_id AND status = 'running';
 
 -- name: job_lose_many
--- The running jobs of dead sessions: back to pending at once while attempts remain (the
--- attempt that was lost counts), otherwise timed_out.
+-- The running jobs of dead sessions, and of sessions that no longer exist (a claim that
+-- committed after its session was reaped): back to pending at once while attempts remain
+-- (the attempt that was lost counts), otherwise timed_out.
 UPDATE plunder_jobs
 SET status = CASE WHEN attempt < max_attempts THEN 'pending' ELSE 'timed_out' END,
     run_at = :now,
@@ -241,7 +242,10 @@ SET status = CASE WHEN attempt < max_attempts THEN 'pending' ELSE 'timed_out' EN
     deadline_at = NULL,
     failed_sessions = json_insert(failed_sessions, '$[#]', session_id),
     session_id = CASE WHEN attempt < max_attempts THEN NULL ELSE session_id END
-WHERE status = 'running' AND session_id IN (SELECT value FROM json_each(:session_ids))
+WHERE status = 'running'
+  AND (session_id IN (SELECT value FROM json_each(:session_ids))
+       OR NOT EXISTS (SELECT 1 FROM plunder_sessions AS s
+                      WHERE s.id = plunder_jobs.session_id))
 RETURNING id, attempt, status, queue;
 
 -- name: job_timeout_many

@@ -105,6 +105,9 @@ BAD_SPECS = [
     (JobSpec("t", timeout=-1), ValueError),
     (JobSpec("t", timeout=math.nan), ValueError),
     (JobSpec("t", delay=-5), ValueError),
+    (JobSpec("t", timeout=1e13), ValueError),  # would overflow PostgreSQL's timestamps
+    (JobSpec("t", delay=1e12), ValueError),
+    (JobSpec("t", backoff_cap=1e15), ValueError),
 ]
 
 

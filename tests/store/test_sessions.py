@@ -140,3 +140,37 @@ def test_janitor_writes_under_a_stale_term_are_refused(store: Store) -> None:
         store.job_prune_many(old, older_than=0, now=later(t0, 6))
     assert store.job_get(job.id).status == Status.RUNNING  # nothing changed
     assert store.session_reap_many(new, now=later(t0, 6)).count == 2
+
+
+def test_a_session_lost_by_its_worker_counts_the_attempts(store: Store) -> None:
+    (job,) = enqueue(store, JobSpec("t", max_attempts=2))
+    first = open_session(store)
+    (got,) = claim(store, first)
+    assert store.session_close(first.id, lost=True) == [got.id]
+    assert store.job_get(job.id).status == Status.PENDING
+    assert store.job_runs(job.id)[0].outcome == Outcome.LOST
+    second = open_session(store)
+    (again,) = claim(store, second)
+    assert store.session_close(second.id, lost=True) == [again.id]
+    assert store.job_get(job.id).status == Status.TIMED_OUT  # attempts spent: it ends
+
+
+def test_the_reaper_ends_running_jobs_whose_session_no_longer_exists(
+    store: Store, store_url: str
+) -> None:
+    from tests.store.helpers import raw_connect
+
+    (job,) = enqueue(store, JobSpec("t", max_attempts=2))
+    session = open_session(store)
+    claim(store, session)
+    conn = raw_connect(store_url)  # a claim that committed after its session was reaped
+    try:
+        conn.execute("DELETE FROM plunder_sessions")
+        conn.commit()
+    finally:
+        conn.close()
+    lease = store.lease_acquire("janitor", "j", 60)
+    assert lease is not None
+    swept = store.session_reap_many(lease)
+    assert swept.retried == (job.id,)
+    assert store.job_runs(job.id)[0].outcome == Outcome.LOST

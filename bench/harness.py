@@ -93,8 +93,7 @@ SYSTEMS = {
             "pg",
             False,
             {k: v for k, v in PG_SCENARIOS.items() if k != "5"},
-            "psycopg, one statement per transaction, claim batch 100, COPY enqueue, "
-            "LISTEN/NOTIFY",
+            "psycopg, one statement per transaction, claim batch 100, COPY enqueue, LISTEN/NOTIFY",
         ),
         System(
             "pgqueuer",
@@ -233,7 +232,17 @@ def machine(pg_version: str | None) -> dict[str, Any]:
         mem_kb = 0
     import plunder
 
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
     return {
+        "commit": git("rev-parse", "--short", "HEAD")
+        + (
+            " (+ uncommitted changes)"
+            if git("status", "--porcelain", "--untracked-files=no")
+            else ""
+        ),
         "nproc": os.cpu_count(),
         "cpu": cpu,
         "ram_gib": round(mem_kb / 1024 / 1024, 1),
@@ -391,7 +400,12 @@ def targets(medians: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             get("pgqueuer", drain),
             2.0,
         )
-    ratio("plunder enqueue ≥ 1.0× PgQueuer", get("plunder_pg", "enqueue"), get("pgqueuer", "enqueue"), 1.0)
+    ratio(
+        "plunder enqueue ≥ 1.0× PgQueuer",
+        get("plunder_pg", "enqueue"),
+        get("pgqueuer", "enqueue"),
+        1.0,
+    )
     for drain in ("drain_1", "drain_2"):
         procs = drain[-1]
         ratio(
@@ -415,7 +429,9 @@ def targets(medians: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         get("plunder_pg", "depth_small"),
         0.8,
     )
-    absolute("SQLite drain, 1 proc ≥ 15,000 jobs/s", get("plunder_sqlite", "drain_1"), 15_000, "jobs/s")
+    absolute(
+        "SQLite drain, 1 proc ≥ 15,000 jobs/s", get("plunder_sqlite", "drain_1"), 15_000, "jobs/s"
+    )
     absolute("SQLite enqueue ≥ 50,000 jobs/s", get("plunder_sqlite", "enqueue"), 50_000, "jobs/s")
     return rows
 
@@ -458,14 +474,14 @@ def markdown(report: dict[str, Any]) -> str:
     lines.append("|---|" + "---:|" * len(used))
     for system in medians:
         lines.append(
-            f"| {system} | "
-            + " | ".join(cell(medians[system].get(k), k) for k, _ in used)
-            + " |"
+            f"| {system} | " + " | ".join(cell(medians[system].get(k), k) for k, _ in used) + " |"
         )
     lines += ["", "| target | measured | met |", "|---|---:|---|"]
     for row in report["targets"]:
         value = "n/a" if row["value"] is None else f"{row['value']:,.2f} {row['unit']}"
-        lines.append(f"| {row['target']} | {value} | {({True: 'yes', False: '**no**', None: '—'})[row['met']]} |")
+        lines.append(
+            f"| {row['target']} | {value} | {({True: 'yes', False: '**no**', None: '—'})[row['met']]} |"
+        )
     return "\n".join(lines) + "\n"
 
 

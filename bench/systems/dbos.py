@@ -134,8 +134,9 @@ def drain(p: Params) -> dict[str, Any]:
         ),
         jobs=p.jobs,
         timeout=p.timeout,
-        last_finish=lambda: probe.scalar("SELECT max(updated_at) FROM {t} WHERE name = 'noop'")
-        / 1000,
+        last_finish=lambda: (
+            probe.scalar("SELECT max(updated_at) FROM {t} WHERE name = 'noop'") / 1000
+        ),
     ) | {"polling_interval_sec": POLL}
 
 
@@ -154,16 +155,14 @@ def latency(p: Params) -> dict[str, Any]:
             time.sleep(max(0.0, start + i / p.rate - time.monotonic()))
             client.enqueue(options, i)
         wait_until(
-            lambda: probe.scalar(
-                "SELECT count(*) FROM {t} WHERE name = 'noop' AND status = 'SUCCESS'"
-            )
-            == count,
+            lambda: (
+                probe.scalar("SELECT count(*) FROM {t} WHERE name = 'noop' AND status = 'SUCCESS'")
+                == count
+            ),
             timeout=p.timeout,
             what="the latency jobs",
         )
-        rows = probe.rows(
-            "SELECT started_at_epoch_ms - created_at FROM {t} WHERE name = 'noop'"
-        )
+        rows = probe.rows("SELECT started_at_epoch_ms - created_at FROM {t} WHERE name = 'noop'")
     finally:
         stop_all(procs)
     return percentiles([r[0] / 1000 for r in rows])
@@ -179,10 +178,10 @@ def rescue(p: Params) -> dict[str, Any]:
         wait_idle(victim, timeout=120)
         _enqueue(client, p.hold_jobs, "hold")
         wait_until(
-            lambda: probe.scalar(
-                "SELECT count(*) FROM {t} WHERE name = 'hold' AND status = 'PENDING'"
-            )
-            == p.hold_jobs,
+            lambda: (
+                probe.scalar("SELECT count(*) FROM {t} WHERE name = 'hold' AND status = 'PENDING'")
+                == p.hold_jobs
+            ),
             timeout=30,
             what="the victim to hold its jobs",
         )
@@ -192,11 +191,13 @@ def rescue(p: Params) -> dict[str, Any]:
         victim[0].kill()
         victim[0].wait()
         wait_until(
-            lambda: probe.scalar(
-                "SELECT count(*) FROM {t} WHERE name = 'hold' "
-                f"AND started_at_epoch_ms > {killed_ms:.0f}"
-            )
-            == p.hold_jobs,
+            lambda: (
+                probe.scalar(
+                    "SELECT count(*) FROM {t} WHERE name = 'hold' "
+                    f"AND started_at_epoch_ms > {killed_ms:.0f}"
+                )
+                == p.hold_jobs
+            ),
             timeout=p.rescue_cap,
             interval=0.2,
             what="the rescue (none happens while the dead executor's ID does not restart)",

@@ -159,10 +159,12 @@ def latency(p: Params) -> dict[str, Any]:
         time.sleep(0.5)
         _loop_run(produce())
         wait_until(
-            lambda: conn.execute(
-                "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
-            ).fetchone()[0]  # type: ignore[index]
-            == count,
+            lambda: (
+                conn.execute(
+                    "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
+                ).fetchone()[0]  # type: ignore[index]
+                == count
+            ),
             timeout=p.timeout,
             what="the latency jobs",
         )
@@ -192,10 +194,12 @@ def rescue(p: Params) -> dict[str, Any]:
         wait_idle(victim)
         ids = _loop_run(_enqueue(p.url, p.hold_jobs, "hold"))
         wait_until(
-            lambda: scalar(
-                "SELECT count(*) FROM pgqueuer WHERE id = ANY(%s) AND status = 'picked'", ids
-            )
-            == len(ids),
+            lambda: (
+                scalar(
+                    "SELECT count(*) FROM pgqueuer WHERE id = ANY(%s) AND status = 'picked'", ids
+                )
+                == len(ids)
+            ),
             timeout=30,
             what="the victim to hold its jobs",
         )
@@ -205,13 +209,15 @@ def rescue(p: Params) -> dict[str, Any]:
         victim[0].send_signal(signal.SIGKILL)
         victim[0].wait()
         wait_until(
-            lambda: scalar(
-                "SELECT count(*) FROM pgqueuer WHERE id = ANY(%s) AND status = 'picked' "
-                "AND updated > to_timestamp(%s)",
-                ids,
-                killed,
-            )
-            == len(ids),
+            lambda: (
+                scalar(
+                    "SELECT count(*) FROM pgqueuer WHERE id = ANY(%s) AND status = 'picked' "
+                    "AND updated > to_timestamp(%s)",
+                    ids,
+                    killed,
+                )
+                == len(ids)
+            ),
             timeout=p.rescue_cap,
             interval=0.2,
             what="the rescue",

@@ -182,13 +182,15 @@ def latency(p: Params) -> dict[str, Any]:
             ids.append(app.enqueue("bench.noop", [i]).id)
         low, high = min(ids), max(ids)
         wait_until(
-            lambda: probe.scalar(
-                "SELECT count(*) FROM plunder_jobs WHERE id BETWEEN %s AND %s "
-                "AND status = 'succeeded'",
-                low,
-                high,
-            )
-            == count,
+            lambda: (
+                probe.scalar(
+                    "SELECT count(*) FROM plunder_jobs WHERE id BETWEEN %s AND %s "
+                    "AND status = 'succeeded'",
+                    low,
+                    high,
+                )
+                == count
+            ),
             timeout=p.timeout,
             what="the latency jobs",
         )
@@ -219,10 +221,12 @@ def rescue(p: Params) -> dict[str, Any]:
         ids = [j.id for j in hold.enqueue_many([(HOLD_SECONDS,)] * p.hold_jobs)]
         marks = ",".join(str(i) for i in ids)
         wait_until(
-            lambda: probe.scalar(
-                f"SELECT count(*) FROM plunder_jobs WHERE id IN ({marks}) AND status = 'running'"
-            )
-            == len(ids),
+            lambda: (
+                probe.scalar(
+                    f"SELECT count(*) FROM plunder_jobs WHERE id IN ({marks}) AND status = 'running'"
+                )
+                == len(ids)
+            ),
             timeout=30,
             what="the victim to hold its jobs",
         )
@@ -232,11 +236,13 @@ def rescue(p: Params) -> dict[str, Any]:
         victim[0].send_signal(signal.SIGKILL)
         victim[0].wait()
         wait_until(
-            lambda: probe.scalar(
-                f"SELECT count(*) FROM plunder_jobs WHERE id IN ({marks}) "
-                "AND status = 'running' AND attempt >= 2"
-            )
-            == len(ids),
+            lambda: (
+                probe.scalar(
+                    f"SELECT count(*) FROM plunder_jobs WHERE id IN ({marks}) "
+                    "AND status = 'running' AND attempt >= 2"
+                )
+                == len(ids)
+            ),
             timeout=p.rescue_cap,
             what="the rescue",
         )

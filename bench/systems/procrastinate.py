@@ -160,11 +160,13 @@ def latency(p: Params) -> dict[str, Any]:
         time.sleep(0.5)
         asyncio.run(produce())
         wait_until(
-            lambda: conn.execute(
-                "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded' "
-                "AND task_name = 'noop'"
-            ).fetchone()[0]  # type: ignore[index]
-            == count,
+            lambda: (
+                conn.execute(
+                    "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded' "
+                    "AND task_name = 'noop'"
+                ).fetchone()[0]  # type: ignore[index]
+                == count
+            ),
             timeout=p.timeout,
             what="the latency jobs",
         )
@@ -193,15 +195,16 @@ def rescue(p: Params) -> dict[str, Any]:
         wait_idle(victim)
         _defer(p.url, p.hold_jobs, "hold")
         ids = [
-            r[0]
-            for r in conn.execute("SELECT id FROM procrastinate_jobs WHERE task_name = 'hold'")
+            r[0] for r in conn.execute("SELECT id FROM procrastinate_jobs WHERE task_name = 'hold'")
         ]
         wait_until(
-            lambda: scalar(
-                "SELECT count(*) FROM procrastinate_jobs WHERE id = ANY(%s) AND status = 'doing'",
-                ids,
-            )
-            == len(ids),
+            lambda: (
+                scalar(
+                    "SELECT count(*) FROM procrastinate_jobs WHERE id = ANY(%s) AND status = 'doing'",
+                    ids,
+                )
+                == len(ids)
+            ),
             timeout=30,
             what="the victim to hold its jobs",
         )
@@ -215,8 +218,7 @@ def rescue(p: Params) -> dict[str, Any]:
             "AND type = 'started' AND at > to_timestamp(%s)"
         )
         wait_until(
-            lambda: scalar(started_again.format("count(DISTINCT job_id)"), ids, killed)
-            == len(ids),
+            lambda: scalar(started_again.format("count(DISTINCT job_id)"), ids, killed) == len(ids),
             timeout=p.rescue_cap,
             interval=0.2,
             what="the rescue",

@@ -187,11 +187,13 @@ def latency(p: Params) -> dict[str, Any]:
             ids.append(row[0])  # type: ignore[index]
         low, high = min(ids), max(ids)
         wait_until(
-            lambda: conn.execute(
-                "SELECT count(*) FROM raw_jobs WHERE id BETWEEN %s AND %s AND status = 'succeeded'",
-                (low, high),
-            ).fetchone()[0]  # type: ignore[index]
-            == count,
+            lambda: (
+                conn.execute(
+                    "SELECT count(*) FROM raw_jobs WHERE id BETWEEN %s AND %s AND status = 'succeeded'",
+                    (low, high),
+                ).fetchone()[0]  # type: ignore[index]
+                == count
+            ),
             timeout=p.timeout,
             what="the latency jobs",
         )

@@ -24,20 +24,21 @@ from bench.common import Params, gated_drain, python_for, spawn
 
 BATCH = 100
 SETTINGS = {"claim batch": BATCH, "journal": "WAL", "synchronous": "FULL"}
-SCHEMA = """
+NOW = "((julianday('now') - 2440587.5) * 86400.0)"  # epoch seconds, ms precision
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS raw_jobs (
     id INTEGER PRIMARY KEY,
     args TEXT NOT NULL,
     status TEXT NOT NULL DEFAULT 'pending',
     attempt INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL DEFAULT (((julianday('now') - 2440587.5) * 86400.0)),
+    created_at REAL NOT NULL DEFAULT ({NOW}),
     started_at REAL,
     finished_at REAL
 );
 CREATE INDEX IF NOT EXISTS raw_jobs_pending ON raw_jobs (id) WHERE status = 'pending';
 """
-CLAIM = """
-UPDATE raw_jobs SET status = 'running', attempt = attempt + 1, started_at = ((julianday('now') - 2440587.5) * 86400.0)
+CLAIM = f"""
+UPDATE raw_jobs SET status = 'running', attempt = attempt + 1, started_at = {NOW}
 WHERE status = 'pending' AND id IN (
     SELECT id FROM raw_jobs WHERE status = 'pending' ORDER BY id LIMIT ?)
 RETURNING id, args
@@ -77,7 +78,7 @@ def worker(url: str, batch: int) -> None:
         done = [row[0] for row in rows if noop(row[1]) is not None]
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(
-            "UPDATE raw_jobs SET status = 'succeeded', finished_at = ((julianday('now') - 2440587.5) * 86400.0) "
+            f"UPDATE raw_jobs SET status = 'succeeded', finished_at = {NOW} "
             f"WHERE status = 'running' AND id IN ({','.join('?' * len(done))})",
             done,
         )
@@ -114,9 +115,7 @@ def drain(p: Params) -> dict[str, Any]:
             ).fetchone()[0],
             jobs=p.jobs,
             timeout=p.timeout,
-            last_finish=lambda: conn.execute("SELECT max(finished_at) FROM raw_jobs").fetchone()[
-                0
-            ],
+            last_finish=lambda: conn.execute("SELECT max(finished_at) FROM raw_jobs").fetchone()[0],
         ) | {"batch": BATCH}
     finally:
         conn.close()

@@ -308,11 +308,12 @@ WHERE session_id = %(session_id)s AND status = 'running';
 -- name: job_lose_many
 -- The running jobs of dead sessions, and of sessions that no longer exist (a claim that
 -- committed after its session was reaped): back to pending at once while attempts remain
--- (the attempt that was lost counts), otherwise timed_out.
+-- (the attempt that was lost counts), otherwise timed_out. A rescued job keeps its
+-- place in the claim order (its run_at), so a backlog cannot starve it.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 UPDATE plunder_jobs AS j
 SET status = CASE WHEN j.attempt < j.max_attempts THEN 'pending' ELSE 'timed_out' END,
-    run_at = clock.now,
+    run_at = LEAST(j.run_at, clock.now),
     finished_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE clock.now END,
     error = %(error)s,
     deadline_at = NULL,

@@ -233,10 +233,11 @@ WHERE session_id = :session_id AND status = 'running';
 -- name: job_lose_many
 -- The running jobs of dead sessions, and of sessions that no longer exist (a claim that
 -- committed after its session was reaped): back to pending at once while attempts remain
--- (the attempt that was lost counts), otherwise timed_out.
+-- (the attempt that was lost counts), otherwise timed_out. A rescued job keeps its
+-- place in the claim order (its run_at), so a backlog cannot starve it.
 UPDATE plunder_jobs
 SET status = CASE WHEN attempt < max_attempts THEN 'pending' ELSE 'timed_out' END,
-    run_at = :now,
+    run_at = CASE WHEN run_at < :now THEN run_at ELSE :now END,
     finished_at = CASE WHEN attempt < max_attempts THEN NULL ELSE :now END,
     error = :error,
     deadline_at = NULL,

@@ -1,0 +1,90 @@
+"""The witness task of the chaos suite (``-A tests.chaos.witness:app``).
+
+Every execution leaves evidence that no fault can take back: an ``exec`` line appended to
+``$CHAOS_DIR/exec-<pid>.jsonl`` before anything else (a SIGKILL cannot lose it; it is in
+the page cache once ``write`` returns), and — only if its acknowledgement commits — one row
+in ``chaos_effects``, written inside ``ctx.transaction()``. That table deliberately has no
+unique constraint, so a second commit of the same job would show up as a second row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any
+
+import plunder
+
+app = plunder.App()  # PLUNDER_URL, set by the harness that starts the worker
+
+EFFECTS_DDL = (
+    "CREATE TABLE IF NOT EXISTS chaos_effects (uid TEXT NOT NULL, job_id BIGINT NOT NULL, "
+    "attempt INTEGER NOT NULL, session_id TEXT NOT NULL, pid INTEGER NOT NULL)"
+)
+KILL_POINTS = ("before_effects", "after_effects_before_return", "after_commit")
+
+
+def record(event: str, ctx: plunder.Context | None = None, **fields: Any) -> None:
+    line: dict[str, Any] = {"ev": event, "pid": os.getpid(), "wall": time.time()}
+    if ctx is not None:
+        line |= {"job": ctx.job_id, "attempt": ctx.attempt, "session": ctx.claim.session_id}
+    line |= fields
+    folder = os.environ.get("CHAOS_DIR", ".")
+    fd = os.open(
+        os.path.join(folder, f"exec-{os.getpid()}.jsonl"),
+        os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+        0o644,
+    )
+    try:
+        os.write(fd, (json.dumps(line) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def _die(ctx: plunder.Context, point: str) -> None:
+    record("kill", ctx, point=point)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@app.task(name="witness")
+def witness(
+    ctx: plunder.Context,
+    uid: str,
+    sleep_ms: int = 0,
+    fail_times: int = 0,
+    kill_point: str | None = None,
+    poison: bool = False,
+    tx_sleep_ms: int = 0,
+) -> dict[str, Any]:
+    record("exec", ctx, uid=uid)
+    if poison:
+        os._exit(137)
+    first = ctx.attempt == 1
+    if kill_point == "before_effects" and first:
+        _die(ctx, kill_point)
+    time.sleep(sleep_ms / 1000)  # deliberately deaf to cancellation: a zombie must try
+    if ctx.attempt <= fail_times:
+        raise RuntimeError(f"witness {uid} fails attempt {ctx.attempt} on purpose")
+    result = {"uid": uid, "attempt": ctx.attempt, "session": ctx.claim.session_id}
+    mark = "?" if app.url.startswith("sqlite") else "%s"
+    sql = f"INSERT INTO chaos_effects VALUES ({mark}, {mark}, {mark}, {mark}, {mark})"
+    record("commit_try", ctx, uid=uid)
+    try:
+        with ctx.transaction(result=result) as conn:
+            conn.execute(sql, (uid, ctx.job_id, ctx.attempt, ctx.claim.session_id, os.getpid()))
+            if tx_sleep_ms:
+                time.sleep(tx_sleep_ms / 1000)
+            if kill_point == "after_effects_before_return" and first:
+                _die(ctx, kill_point)
+    except plunder.StaleClaim:
+        record("commit_stale", ctx, uid=uid)
+        raise
+    except Exception as exc:
+        record("commit_error", ctx, uid=uid, error=f"{type(exc).__name__}: {exc}")
+        raise
+    record("commit_ok", ctx, uid=uid)
+    if kill_point == "after_commit" and first:
+        _die(ctx, kill_point)
+    return result

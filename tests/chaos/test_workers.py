@@ -4,6 +4,7 @@ job (S07) — real processes, real signals, on both backends."""
 
 from __future__ import annotations
 
+import signal
 import time
 
 from plunder.states import Outcome, Status
@@ -101,3 +102,95 @@ def test_self_check_broken_fencing_is_caught(system: System) -> None:
     print(report.summary())
     assert not report.ok
     assert report.count("I3") >= 1 and report.count("I4") >= 1
+
+
+def test_s02_crash_inside_the_completion_transaction(system: System) -> None:
+    system.workers(2, concurrency=1)
+    system.supervise()
+    system.restart_with(concurrency=1)
+    points = ["before_effects", "after_effects_before_return", "after_commit"]
+    jobs = system.enqueue([witness(kill_point=p) for p in points for _ in range(4)])
+    system.wait_terminal(timeout=60)
+    obs = system.observe()
+    kills = [e for e in obs.execs if e["ev"] == "kill"]
+    assert len(kills) == 12, f"{len(kills)} kills: the window was not hit every time"
+    by_id = {j.id: j for j in obs.jobs.values()}
+    for job in jobs:
+        final = by_id[job.id]
+        point = job.kwargs["kill_point"]
+        rows = [r for r in obs.effects if r[1] == job.id]
+        assert final.status == Status.SUCCEEDED, (point, final)
+        assert [r[2] for r in rows] == [final.attempt], (point, rows)
+        if point == "after_commit":  # committed before the crash: never run again
+            assert final.attempt == 1
+            assert [r.outcome for r in obs.runs[job.id]] == [Outcome.SUCCEEDED]
+            assert not [e for e in obs.execs if e.get("job") == job.id and e["attempt"] > 1]
+        else:  # the open transaction died with the process: rolled back, run again
+            assert final.attempt == 2
+            assert obs.runs[job.id][0].outcome == Outcome.LOST
+    print(f"S02 {system.backend}: 12 kills, {system.restarts} restarts")
+    _assert_ok(system)
+
+
+def test_s06_graceful_shutdown_releases_at_once(system: System) -> None:
+    leaving = system.start(concurrency=4, extra=["--grace", "1.0"])
+    sid = system.wait(lambda: system.session_of(leaving), what="session").id
+    system.enqueue([witness(sleep_ms=3000) for _ in range(2)])  # outlive the grace period
+    system.enqueue([witness(sleep_ms=300) for _ in range(2)])  # finish within it
+    system.wait(lambda: len(system.running_on(sid)) == 4, what="4 claims")
+    system.workers(1, concurrency=4)
+    system.enqueue([witness(sleep_ms=200) for _ in range(20)])
+    signalled = system.signal(leaving, signal.SIGTERM)
+    assert leaving.popen.wait(timeout=10) == 0
+    assert all(s.id != sid for s in system.store.session_list()), "session not closed"
+    system.wait_terminal()
+    obs = system.observe()
+    mine = [r for runs in obs.runs.values() for r in runs if r.session_id == sid]
+    assert all(r.started_at <= signalled for r in mine), "claimed after SIGTERM"
+    released = [r for r in mine if r.outcome == Outcome.RELEASED]
+    finished = [r for r in mine if r.outcome == Outcome.SUCCEEDED]
+    assert len(released) == 2 and len(finished) >= 2, [r.outcome for r in mine]
+    for run in released:
+        nxt = next(r for r in obs.runs[run.job_id] if r.attempt == run.attempt + 1)
+        assert run.finished_at is not None
+        wait = (nxt.started_at - run.finished_at).total_seconds()
+        assert wait <= system.timing.poll + 1.0, f"released job waited {wait:.2f}s"
+    print(f"S06 {system.backend}: {len(finished)} finished in grace, 2 released at once")
+    _assert_ok(system)
+
+
+def test_s06_second_signal_stops_at_once(system: System) -> None:
+    leaving = system.start(concurrency=4, extra=["--grace", "30"])
+    sid = system.wait(lambda: system.session_of(leaving), what="session").id
+    system.enqueue([witness(sleep_ms=2000) for _ in range(3)])
+    system.wait(lambda: len(system.running_on(sid)) == 3, what="3 claims")
+    system.workers(1, concurrency=4)
+    system.signal(leaving, signal.SIGTERM)
+    time.sleep(0.3)
+    os_signal_sent = time.monotonic()
+    system.signal(leaving, signal.SIGTERM)
+    leaving.popen.wait(timeout=5)
+    assert time.monotonic() - os_signal_sent < 3.0, "the second signal did not stop at once"
+    system.wait_terminal()
+    obs = system.observe()
+    mine = [r for runs in obs.runs.values() for r in runs if r.session_id == sid]
+    assert len(mine) == 3 and all(r.outcome != Outcome.SUCCEEDED for r in mine)
+    _assert_ok(system)
+
+
+def test_s07_poison_job_ends_after_max_attempts(system: System) -> None:
+    system.workers(3, concurrency=2)
+    system.supervise()
+    system.restart_with(concurrency=2)
+    (poison,) = system.enqueue([witness(poison=True, max_attempts=3)])
+    normal = system.enqueue([witness(queue="q2", sleep_ms=20) for _ in range(100)])
+    system.wait_terminal(timeout=60)
+    obs = system.observe()
+    runs = obs.runs[poison.id]
+    assert system.store.job_get(poison.id).status == Status.TIMED_OUT
+    assert [r.outcome for r in runs] == [Outcome.LOST] * 3
+    assert len([e for e in obs.execs if e.get("job") == poison.id]) == 3
+    assert all(obs.jobs[str(j.kwargs["uid"])].status == Status.SUCCEEDED for j in normal)
+    assert system.restarts == 3
+    print(f"S07 {system.backend}: poison ended after 3 claims, {len(normal)} others succeeded")
+    _assert_ok(system)

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from plunder import config, errors, payload
 from plunder.app import App, Job
@@ -53,6 +54,16 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def literal(value: object, style: str = "") -> Text:
+    """Text that rich prints as it is: names, payloads and messages can hold ``[/x]`` or
+    ``:smile:``, which rich would otherwise read as markup (and fail on) or as emoji."""
+    return Text(str(value), style=style)
+
+
+def error_line(message: object) -> Text:
+    return Text.assemble(literal("error:", "red"), " ", literal(message))
+
+
 def emit_json(value: Any) -> None:
     click.echo(json.dumps(_plain(value), indent=2, ensure_ascii=False))
 
@@ -62,11 +73,8 @@ def user_errors() -> Iterator[None]:
     """Turn plunder's errors into one line and exit status 1."""
     try:
         yield
-    except errors.PlunderError as exc:
-        err.print(f"[red]error:[/red] {exc}", markup=True, soft_wrap=True)
-        sys.exit(1)
-    except (ValueError, TypeError) as exc:
-        err.print(f"[red]error:[/red] {exc}", markup=True, soft_wrap=True)
+    except (errors.PlunderError, ValueError, TypeError) as exc:
+        err.print(error_line(exc), soft_wrap=True)
         sys.exit(1)
 
 
@@ -88,7 +96,29 @@ class State:
         return self._store
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@contextmanager
+def one_line_usage() -> Iterator[None]:
+    """A usage mistake (``--limit -1``, ``job abc``) is one line too: click prints the usage
+    text above the error only when the error carries its context."""
+    try:
+        yield
+    except click.UsageError as exc:
+        if type(exc).show is click.UsageError.show:  # not the help shown for no arguments
+            exc.ctx = None
+        raise
+
+
+class Group(click.Group):
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        with one_line_usage():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with one_line_usage():
+            return super().invoke(ctx)
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--db",
     envvar="PLUNDER_URL",
@@ -347,15 +377,15 @@ def status(state: State, as_json: bool) -> None:
         for w in sessions:
             workers.add_row(
                 w.id[:12],
-                w.name,
-                w.host,
+                literal(w.name),
+                literal(w.host),
                 str(w.pid),
                 ",".join(w.queues),
                 w.heartbeat_at.strftime("%H:%M:%S"),
             )
         out.print(workers)
         holder = "none" if lease is None else f"{lease.holder} (term {lease.term})"
-        out.print(f"janitor lease: {holder}")
+        out.print(literal(f"janitor lease: {holder}"))
 
 
 def _job_row(job: JobRecord) -> list[str]:
@@ -425,13 +455,13 @@ def _runs_table(runs: list[Run]) -> Table:
         error = "" if not run.error else f"{run.error.get('type')}: {run.error.get('message')}"
         table.add_row(
             str(run.attempt),
-            run.worker,
-            run.host,
+            literal(run.worker),
+            literal(run.host),
             str(run.pid),
             run.started_at.strftime("%H:%M:%S.%f")[:-3],
             duration,
             run.outcome.value if run.outcome else "running",
-            error[:80],
+            literal(error[:80]),
         )
     return table
 
@@ -470,13 +500,15 @@ def job(state: State, job_id: int, follow: bool, as_json: bool) -> None:
             "finished_at",
             "result",
         ):
-            out.print(f"[bold]{field:>13}[/bold]  {_plain(getattr(record, field))}")
+            out.print(_field_line(field, _plain(getattr(record, field))))
         if record.error:
-            out.print(
-                f"[bold]{'error':>13}[/bold]  {record.error.get('type')}: "
-                f"{record.error.get('message')}"
-            )
+            message = f"{record.error.get('type')}: {record.error.get('message')}"
+            out.print(_field_line("error", message))
         out.print(_runs_table(runs))
+
+
+def _field_line(name: str, value: object) -> Text:
+    return Text.assemble(literal(f"{name:>13}", "bold"), "  ", literal(value))
 
 
 def _follow(state: State, job_id: int, as_json: bool) -> None:
@@ -491,7 +523,7 @@ def _follow(state: State, job_id: int, as_json: bool) -> None:
                     event.data if isinstance(event.data, str) else json.dumps(event.data), nl=False
                 )
             else:
-                err.print(f"[dim]progress {event.data}[/dim]")
+                err.print(literal(f"progress {event.data}", "dim"))
         final = handle.refresh()
         if not as_json:
             click.echo()

@@ -102,7 +102,10 @@ class Context:
         self._add("progress", {"current": current, "total": total})
 
     def _add(self, kind: str, data: Any) -> None:
-        size = len(payload.encode(data, what="stream data"))
+        text = payload.encode(data, what="stream data")
+        size = len(text)
+        if isinstance(data, list | dict):  # a snapshot: the task may change its object later,
+            data = payload.decode(text)  # and the worker writes the event after it returns
         with self._lock:
             self._pending.append((kind, data))
             self._pending_bytes += size

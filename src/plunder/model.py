@@ -11,6 +11,22 @@ from typing import Any
 
 from plunder.states import Outcome, Status
 
+# What a run records of an exception must always fit the payload limit, even if every
+# character is escaped in the JSON (a control character takes six bytes).
+MAX_ERROR_MESSAGE_CHARS = 16_000
+MAX_ERROR_TRACEBACK_CHARS = 64_000
+
+
+def _recordable(text: str, limit: int, *, keep_end: bool = False) -> str:
+    """``text`` as a run can store it: lone surrogates (not Unicode, refused by every
+    database) written as ``\\udXXX`` escapes, and at most ``limit`` characters kept — the
+    start of a message, the end of a traceback."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) <= limit:
+        return text
+    cut = f"[{len(text) - limit} characters cut]"
+    return f"{cut} {text[-limit:]}" if keep_end else f"{text[:limit]} {cut}"
+
 
 @dataclass(frozen=True, slots=True)
 class ErrorInfo:
@@ -28,8 +44,16 @@ class ErrorInfo:
             if kind.__module__ == "builtins"
             else (f"{kind.__module__}.{kind.__qualname__}")
         )
+        try:
+            message = str(exc)
+        except Exception:  # a task's exception may fail even to print itself
+            message = f"<{name} whose str() failed>"
         text = "".join(traceback_module.format_exception(exc))
-        return cls(type=name, message=str(exc), traceback=text)
+        return cls(
+            type=_recordable(name, MAX_ERROR_MESSAGE_CHARS),
+            message=_recordable(message, MAX_ERROR_MESSAGE_CHARS),
+            traceback=_recordable(text, MAX_ERROR_TRACEBACK_CHARS, keep_end=True),
+        )
 
     def as_dict(self) -> dict[str, str]:
         return {"type": self.type, "message": self.message, "traceback": self.traceback}

@@ -89,8 +89,16 @@ def parse(text: str, *, what: str = "JSON") -> Any:
     def reject_constant(name: str) -> Any:
         raise errors.PayloadError(f"{what}: {name} is not allowed")
 
+    def reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        value: dict[str, Any] = {}
+        for key, item in pairs:
+            if key in value:  # json.loads would keep the last one, silently
+                raise errors.PayloadError(f"{what}: the key {key!r} appears more than once")
+            value[key] = item
+        return value
+
     try:
-        return json.loads(text, parse_constant=reject_constant)
+        return json.loads(text, parse_constant=reject_constant, object_pairs_hook=reject_duplicates)
     except errors.PayloadError:
         raise
     except RecursionError as exc:

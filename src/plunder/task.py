@@ -48,6 +48,15 @@ class Options:
             or (self.retries < 0)
         ):
             raise ValueError(f"retries must be a non-negative integer, not {self.retries!r}")
+        # Refused, not converted: list() of a dict keeps its keys and of a string its letters.
+        if not isinstance(args, list | tuple):
+            raise errors.PayloadError(
+                f"arguments of {task!r} must be a list or tuple, not {type(args).__name__}"
+            )
+        if not isinstance(kwargs, dict):
+            raise errors.PayloadError(
+                f"keyword arguments of {task!r} must be a dict, not {type(kwargs).__name__}"
+            )
         return JobSpec(
             task=task,
             args=list(args),
@@ -168,7 +177,7 @@ def make_task(
         raise TypeError(f"a task must be a function, not {fn!r}")
     if pool not in POOLS:
         raise errors.ConfigError(f"pool must be one of {', '.join(POOLS)}, not {pool!r}")
-    task_name = payload.check_task(name or f"{fn.__module__}.{fn.__qualname__}")
+    task_name = payload.check_task(f"{fn.__module__}.{fn.__qualname__}" if name is None else name)
     context_param = _context_parameter(fn)
     if pool == "process" and (inspect.iscoroutinefunction(fn) or context_param):
         raise errors.ConfigError(

@@ -162,11 +162,14 @@ class System:
         module: str = "plunder",
     ) -> Proc:
         name = name or f"{role}{len(self.procs)}"
-        args = [sys.executable, "-m", module, "--db", self.url, role]
-        if role == "worker":
-            args += ["-A", "tests.chaos.witness:app", "--name", name, "-q", queues]
-            args += ["-c", str(concurrency)]
-        args += [*self.timing.flags(), *extra]
+        if role == "enqueuer":
+            args = [sys.executable, "-m", module, *extra]
+        else:
+            args = [sys.executable, "-m", module, "--db", self.url, role]
+            if role == "worker":
+                args += ["-A", "tests.chaos.witness:app", "--name", name, "-q", queues]
+                args += ["-c", str(concurrency)]
+            args += [*self.timing.flags(), *extra]
         log = self.folder / f"{name}-{len(self.procs)}.log"
         with log.open("wb") as out:
             popen = subprocess.Popen(
@@ -261,11 +264,20 @@ class System:
             time.sleep(0.02)
 
     def wait_terminal(self, timeout: float = 60.0) -> None:
-        self.wait(
-            lambda: all(is_terminal(j.status) for j in self.jobs()),
-            timeout,
-            "every job to reach a terminal state",
-        )
+        try:
+            self.wait(
+                lambda: all(is_terminal(j.status) for j in self.jobs()),
+                timeout,
+                "every job to reach a terminal state",
+            )
+        except AssertionError as exc:
+            stuck = [j for j in self.jobs() if not is_terminal(j.status)]
+            sessions = self.store.session_list()
+            raise AssertionError(
+                f"{exc}: {len(stuck)} not terminal, e.g. {stuck[:3]}; live sessions "
+                f"{[(s.name, s.pid, s.id[:8]) for s in sessions]}; live processes "
+                f"{[(p.name, p.pid) for p in self.procs if p.alive]}\n{self.logs()[-6000:]}"
+            ) from None
 
     def sample(self, every: float = 0.1) -> None:
         """Record every job's status and the janitor lease, for I7 and I10."""
@@ -298,7 +310,7 @@ class System:
                 for r in self._execute("SELECT * FROM chaos_effects")
             ],
             execs=self.execs(),
-            history=list(self.history),
+            history=[*self.history, *self.producer_history()],
             samples=list(self.samples),
             leases=list(self.leases),
         )
@@ -309,6 +321,26 @@ class System:
             with open(path, encoding="utf-8") as f:
                 lines += [json.loads(line) for line in f if line.strip()]
         return sorted(lines, key=lambda line: line["wall"])
+
+    def producer_history(self) -> list[Op]:
+        """The history written by producer processes (``tests.chaos.enqueuer``); a call
+        with no answer (its process was killed) is ``info``."""
+        ops = []
+        for path in glob.glob(str(self.folder / "history-*.jsonl")):
+            last: dict[str, dict[str, Any]] = {}
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    if line.strip():
+                        entry = json.loads(line)
+                        last[entry["uid"]] = entry
+            for uid, entry in last.items():
+                kind = "info" if entry["type"] == "invoke" else entry["type"]
+                ops.append(Op("enqueue", uid, kind, entry["t"], entry["error"]))
+        return ops
+
+    def producer(self, name: str, count: int, rate: float) -> Proc:
+        args = [self.url, str(self.folder), name, str(count), str(rate)]
+        return self.start("enqueuer", name=name, module="tests.chaos.enqueuer", extra=args)
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name} (pid {p.pid})\n{p.output()}" for p in self.procs)

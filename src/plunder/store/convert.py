@@ -13,7 +13,9 @@ from plunder.states import Outcome, Status
 Row = Mapping[str, Any]
 MAX_LOG_LINES = 200
 MAX_LOG_LINE_CHARS = 2_000
+MAX_LOG_BYTES = payload.MAX_PAYLOAD_BYTES // 2
 INT32 = 2**31 - 1
+INT64 = 2**63 - 1
 
 
 MAX_SECONDS = 10 * 365 * 24 * 3600.0  # keeps now + interval inside every database's range
@@ -53,7 +55,7 @@ def integer(what: str, value: object, low: int, high: int) -> int:
 
 
 def job_id(value: object) -> int:
-    return integer("job id", value, 1, 2**63 - 1)
+    return integer("job id", value, 1, INT64)
 
 
 def status_name(value: str) -> str:
@@ -98,10 +100,23 @@ def claim_row(claim: Claim) -> dict[str, Any]:
 
 
 def logs_text(lines: Sequence[str]) -> str:
-    """Captured log lines, bounded: the last MAX_LOG_LINES lines, each cut to a length."""
-    kept = [str(line)[:MAX_LOG_LINE_CHARS] for line in lines[-MAX_LOG_LINES:]]
-    if len(lines) > MAX_LOG_LINES:
-        kept.insert(0, f"[{len(lines) - MAX_LOG_LINES} earlier lines dropped]")
+    """Captured log lines, bounded: the last MAX_LOG_LINES lines, each cut to a length, with
+    lone surrogates written as escapes, and earlier lines dropped until the JSON fits well
+    inside the payload limit (a control character takes six bytes of JSON). Whatever a task
+    logs, its run can be recorded."""
+    kept = [
+        str(line)[:MAX_LOG_LINE_CHARS].encode("utf-8", "backslashreplace").decode("utf-8")
+        for line in lines[-MAX_LOG_LINES:]
+    ]
+    dropped = len(lines) - len(kept)
+    sizes = [len(payload.encode(line).encode("utf-8")) + 1 for line in kept]
+    total = sum(sizes)
+    while total > MAX_LOG_BYTES:
+        total -= sizes.pop(0)
+        kept.pop(0)
+        dropped += 1
+    if dropped:
+        kept.insert(0, f"[{dropped} earlier lines dropped]")
     return payload.encode(kept, what="logs")
 
 

@@ -8,6 +8,20 @@ from plunder.states import Status
 from plunder.store import convert
 from plunder.store.engine import Engine, Now, Row, Tx
 
+MAX_EVENTS = 10_000
+
+
+def _could_name_a_job(queue: str | None, task: str | None) -> bool:
+    """Whether these filters are names a job can have (enqueue refuses any other)."""
+    try:
+        if queue is not None:
+            payload.check_queue(queue)
+        if task is not None:
+            payload.check_task(task)
+    except errors.InvalidName:
+        return False
+    return True
+
 
 class Reads(Engine):
     def job_get(self, job_id: int) -> JobRecord:
@@ -21,10 +35,11 @@ class Reads(Engine):
         return [self._session(row) for row in rows]
 
     def stream_read(self, job_id: int, *, after: int = 0, limit: int = 1000) -> list[StreamEvent]:
+        job_id = convert.job_id(job_id)
+        after = convert.integer("after", after, 0, convert.INT64)
+        limit = convert.integer("limit", limit, 1, MAX_EVENTS)
         rows = self._run(
-            lambda tx: tx.all(
-                "event_list", job_id=convert.job_id(job_id), after=int(after), limit=int(limit)
-            ),
+            lambda tx: tx.all("event_list", job_id=job_id, after=after, limit=limit),
             write=False,
         )
         return [
@@ -50,21 +65,26 @@ class Reads(Engine):
     ) -> JobPage:
         if status is not None:
             status = convert.status_name(status)
-        if not 1 <= int(limit) <= 1000:
-            raise ValueError(f"limit must be between 1 and 1000, got {limit}")
+        limit = convert.integer("limit", limit, 1, 1000)
+        after = None if after is None else convert.job_id(after)
+        if not _could_name_a_job(queue, task):
+            # Nothing to look up, and the database may not even take the value: PostgreSQL
+            # refuses NUL in text where SQLite compares it, and no driver sends a lone
+            # surrogate. Answered here, the same on every backend.
+            return JobPage((), None)
         rows = self._run(
             lambda tx: tx.all(
                 "job_list",
                 queue=queue,
                 status=status,
                 task=task,
-                after=None if after is None else convert.job_id(after),
-                limit=int(limit),
+                after=after,
+                limit=limit,
             ),
             write=False,
         )
         jobs = tuple(self._job(row) for row in rows)
-        next_after = jobs[-1].id if len(jobs) == int(limit) else None
+        next_after = jobs[-1].id if len(jobs) == limit else None
         return JobPage(jobs, next_after)
 
     def job_runs(self, job_id: int) -> list[Run]:

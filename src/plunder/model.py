@@ -209,12 +209,16 @@ class Heartbeat:
 
     ``alive`` is False when the session had already expired or been closed: the worker must
     stop everything it runs. ``stop`` names the claims the worker reported that are no longer
-    current (cancelled, timed out, re-claimed): their tasks should be stopped.
+    current (cancelled, timed out, re-claimed): their tasks should be stopped. ``unknown``
+    names the jobs the database has running under this session that the worker did not
+    report: claims whose answer was lost (a connection cut after the claim committed), or
+    claims that changed hands while the report was on its way. The worker decides which.
     """
 
     alive: bool
     expires_at: datetime | None
     stop: tuple[Claim, ...] = ()
+    unknown: tuple[Claim, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,7 @@ class Worker:
         self._lock = threading.Lock()
         self._completions: list[Completion] = []
         self._failures: list[Failure] = []
+        self._unknown: set[Claim] = set()  # the heartbeat's report, for the main loop
         self._stop = threading.Event()  # stop claiming, drain, exit
         self._halt = threading.Event()  # second signal: exit at once
         self._session_lost = threading.Event()
@@ -210,6 +211,7 @@ class Worker:
             self._renew_session()
         self._collect(block=False)
         self._enforce_deadlines()
+        self._give_back_unknown()
         free = 0 if self._stop.is_set() else self.options.concurrency - len(self._running)
         claimed = self._turn(free)
         if claimed and claimed == free:
@@ -417,7 +419,8 @@ class Worker:
         """Send one batch. A busy or unreachable database is retried (bounded by the
         session: once it is lost, the results would be refused anyway); any other store
         error is not going to pass on a retry, so completions become failures that say
-        why, and failures that cannot be written are left to time out."""
+        why, and failures that cannot be written stay running under the session until the
+        heartbeat finds no task holding them and they are given back."""
         backoff = 0.05
         while True:
             try:
@@ -516,6 +519,41 @@ class Worker:
         self._last_beat = started
         if beat.stop:
             self.stop_claims(beat.stop, "cancelled, timed out or re-claimed elsewhere")
+        if beat.unknown:
+            with self._lock:
+                self._unknown.update(beat.unknown)
+
+    def _give_back_unknown(self) -> None:
+        """Jobs the database has running under this session but the heartbeat did not
+        report. Most were claimed, finished or acknowledged while the report was on its way;
+        here, on the thread that claims and acknowledges, that shows: they are running, or
+        their results wait to be sent, or their claim is already spent (and the release
+        below, fenced by the claim, changes nothing). The rest were claimed by a
+        transaction whose answer never arrived (the connection died after the commit): no
+        task runs them, and without this they would stay running for as long as this
+        worker lives. They go back to the queue at once, the attempt not counted."""
+        with self._lock:
+            unknown, self._unknown = self._unknown, set()
+            held = set(self._running)
+        if not unknown or self.session is None:
+            return
+        held.update(c.claim.job_id for c in self._completions)
+        held.update(f.claim.job_id for f in self._failures)
+        orphans = [c for c in unknown if c.job_id not in held and c.session_id == self.session.id]
+        if not orphans:
+            return
+        try:
+            released = self.store.job_release_many(orphans).accepted
+        except errors.StoreError as exc:
+            log.warning("could not give back %d unstarted claims: %s", len(orphans), exc)
+            return  # the next heartbeat reports them again
+        for claim in released:
+            log.warning(
+                "job %d attempt %d: claimed by this worker but never started (the claim's "
+                "answer was lost); given back to the queue",
+                claim.job_id,
+                claim.attempt,
+            )
 
     def _watchdog_loop(self) -> None:
         """Trust in the session ends ``session_expiry`` after the last renewal was sent, by

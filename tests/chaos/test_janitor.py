@@ -52,9 +52,7 @@ def test_s21_janitor_holder_killed_repeatedly(system: System) -> None:
         takeovers.append(time.monotonic() - killed)
     system.wait_terminal(timeout=60)
     obs = system.observe()
-    timed_out = [
-        r for runs in obs.runs.values() for r in runs if r.outcome == Outcome.TIMED_OUT
-    ]
+    timed_out = [r for runs in obs.runs.values() for r in runs if r.outcome == Outcome.TIMED_OUT]
     assert timed_out, "the janitors had no timeouts to handle: the window was not hit"
     assert max(takeovers) <= system.timing.r_janitor, takeovers
     report = check(obs, (*DEFAULT, "I10"))
@@ -86,6 +84,4 @@ def test_s22a_paused_holder_resumes_and_steps_down(system: System) -> None:
     report = check(system.observe(), (*DEFAULT, "I10"))
     print(report.summary())
     assert report.ok, report.summary()
-    assert successor.alive and all(
-        j.status != Status.RUNNING for j in system.jobs()
-    )
+    assert successor.alive and all(j.status != Status.RUNNING for j in system.jobs())

@@ -36,6 +36,18 @@ def test_heartbeat_names_claims_that_are_no_longer_current(store: Store) -> None
     assert beat.stop == (cancel.claim,)
 
 
+def test_heartbeat_names_running_jobs_the_worker_did_not_report(store: Store) -> None:
+    enqueue(store, JobSpec("t", [1]), JobSpec("t", [2]), JobSpec("t", [3]))
+    session = open_session(store)
+    other = open_session(store, name="other")
+    reported, lost = claim(store, session, limit=2)
+    (elsewhere,) = claim(store, other)
+    beat = store.session_heartbeat(session.id, [reported.claim])
+    assert beat.unknown == (lost.claim,)  # not the other session's job, nor a reported one
+    assert store.session_heartbeat(session.id, [reported.claim, lost.claim]).unknown == ()
+    assert store.session_heartbeat(other.id, [elsewhere.claim]).unknown == ()
+
+
 def test_close_releases_running_jobs_at_once(store: Store) -> None:
     enqueue(store, JobSpec("t", [1]), JobSpec("t", [2]))
     leaving = open_session(store)

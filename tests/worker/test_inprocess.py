@@ -10,6 +10,7 @@ import pytest
 from plunder import JobFailed
 from plunder.states import Outcome, Status
 from plunder.worker import Worker
+from tests.store.helpers import claim
 from tests.worker import tasks
 from tests.worker.conftest import wait_for, worker_in_thread
 
@@ -92,3 +93,22 @@ def test_an_async_task_streams_and_a_follower_sees_it_live(worker: Worker) -> No
     seen = [e.data["token"] for e in job.stream(timeout=20) if e.kind == "chunk"]
     assert seen == list(range(50))
     assert job.result(timeout=5) == 50
+
+
+def test_a_claim_whose_answer_was_lost_goes_back_to_the_queue(store_url: str) -> None:
+    """A claim commits but its answer never reaches the worker (the connection died after
+    the commit): the job is running under the worker's live session with no task behind it.
+    The heartbeat finds it, the worker gives it back, and it runs."""
+    with worker_in_thread(store_url, concurrency=1) as worker:
+        sleeper = tasks.sleepy.enqueue(30)  # fills the one slot: the worker claims no more
+        wait_for(lambda: sleeper.status == Status.RUNNING, what="running")
+        job = tasks.add.enqueue(2, 2)
+        session = worker.session
+        assert session is not None
+        (lost,) = claim(worker.store, session, tasks=["add"])  # as if the answer were lost
+        assert lost.id == job.id
+        wait_for(lambda: job.status == Status.PENDING, what="the claim given back")
+        sleeper.cancel()
+        assert job.result(timeout=20) == 4
+        assert [r.outcome for r in job.runs] == [Outcome.RELEASED, Outcome.SUCCEEDED]
+        assert job.refresh().attempt == 2

@@ -236,7 +236,17 @@ class SQLStore(Maintenance, Reads):
             if row is None:
                 return Heartbeat(alive=False, expires_at=None, stop=tuple(running))
             stop = self._not_current(tx, running) if running else ()
-            return Heartbeat(alive=True, expires_at=self._time(row["expires_at"]), stop=stop)
+            reported = {(c.job_id, c.attempt) for c in running}
+            unknown = tuple(
+                sorted(
+                    c
+                    for c in convert.claims_of(tx.all("session_running", session_id=session_id))
+                    if (c.job_id, c.attempt) not in reported
+                )
+            )
+            return Heartbeat(
+                alive=True, expires_at=self._time(row["expires_at"]), stop=stop, unknown=unknown
+            )
 
         if conn is not None:
             return self._run_on(op, conn)

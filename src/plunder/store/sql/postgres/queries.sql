@@ -207,6 +207,12 @@ RETURNING j.id, j.attempt, u.session_id AS session_id, j.status, j.queue;
 SELECT id, attempt, session_id, status FROM plunder_jobs
 WHERE id = ANY(%(job_ids)s::bigint[]);
 
+-- name: session_running
+-- What the database says this session runs: the heartbeat compares it with what the worker
+-- says it runs, to find claims whose answer never reached the worker.
+SELECT id, attempt, session_id FROM plunder_jobs
+WHERE session_id = %(session_id)s AND status = 'running';
+
 -- name: job_check_claim
 -- The fence for writes that are not state changes (stream events). FOR SHARE holds off a
 -- concurrent reaper or cancel until this transaction ends.

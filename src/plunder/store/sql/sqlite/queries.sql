@@ -152,6 +152,12 @@ RETURNING id, attempt, :session_id AS session_id, status, queue;
 SELECT id, attempt, session_id, status FROM plunder_jobs
 WHERE id IN (SELECT value FROM json_each(:job_ids));
 
+-- name: session_running
+-- What the database says this session runs: the heartbeat compares it with what the worker
+-- says it runs, to find claims whose answer never reached the worker.
+SELECT id, attempt, session_id FROM plunder_jobs
+WHERE session_id = :session_id AND status = 'running';
+
 -- name: job_check_claim
 -- The fence for writes that are not state changes (stream events).
 SELECT j.id FROM plunder_jobs AS j

@@ -37,14 +37,16 @@ def test_heartbeat_names_claims_that_are_no_longer_current(store: Store) -> None
 
 
 def test_heartbeat_names_running_jobs_the_worker_did_not_report(store: Store) -> None:
-    enqueue(store, JobSpec("t", [1]), JobSpec("t", [2]), JobSpec("t", [3]))
+    enqueue(store, *(JobSpec("t", [i]) for i in range(4)))
     session = open_session(store)
     other = open_session(store, name="other")
-    reported, lost = claim(store, session, limit=2)
+    reported, *lost = claim(store, session, limit=3)
     (elsewhere,) = claim(store, other)
     beat = store.session_heartbeat(session.id, [reported.claim])
-    assert beat.unknown == (lost.claim,)  # not the other session's job, nor a reported one
-    assert store.session_heartbeat(session.id, [reported.claim, lost.claim]).unknown == ()
+    # not the other session's job, nor a reported one
+    assert beat.unknown == tuple(j.claim for j in sorted(lost, key=lambda j: j.id))
+    everything = [reported.claim, *(j.claim for j in lost)]
+    assert store.session_heartbeat(session.id, everything).unknown == ()
     assert store.session_heartbeat(other.id, [elsewhere.claim]).unknown == ()
 
 

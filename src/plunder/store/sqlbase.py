@@ -237,15 +237,16 @@ class SQLStore(Maintenance, Reads):
                 return Heartbeat(alive=False, expires_at=None, stop=tuple(running))
             stop = self._not_current(tx, running) if running else ()
             reported = {(c.job_id, c.attempt) for c in running}
-            unknown = tuple(
-                sorted(
-                    c
-                    for c in convert.claims_of(tx.all("session_running", session_id=session_id))
-                    if (c.job_id, c.attempt) not in reported
-                )
+            held = convert.claims_of(tx.all("session_running", session_id=session_id))
+            unknown = sorted(
+                (c for c in held if (c.job_id, c.attempt) not in reported),
+                key=lambda c: c.job_id,
             )
             return Heartbeat(
-                alive=True, expires_at=self._time(row["expires_at"]), stop=stop, unknown=unknown
+                alive=True,
+                expires_at=self._time(row["expires_at"]),
+                stop=stop,
+                unknown=tuple(unknown),
             )
 
         if conn is not None:

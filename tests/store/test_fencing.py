@@ -175,6 +175,10 @@ def test_task_writes_commit_with_the_acknowledgement(store: Store, store_url: st
     assert count_orders(store_url) == 1  # only the accepted completion's write exists
     assert store.job_get(broken.id).status == Status.RUNNING  # rolled back; caller fails it
     assert store.job_get(ok.id).status == Status.SUCCEEDED
+    # the acknowledgement sent again (its commit looked lost): accepted, effects not rerun
+    again = store.job_complete_many([Completion(ok.claim, "ok", effects=write("ok again"))])
+    assert again.accepted == (ok.claim,) and not again.effect_errors
+    assert count_orders(store_url) == 1
 
 
 def test_an_unserializable_result_is_refused_before_anything_is_written(store: Store) -> None:

@@ -468,7 +468,10 @@ class SQLStore(Maintenance, Reads):
             ],
             now=clock,
         )
-        for completion in ok:
+        # Effects run only where this statement did the update (a completion with effects
+        # has a transaction of its own): a retried acknowledgement of one that already
+        # committed is accepted again, but its effects were written by that commit.
+        for completion in ok if changed == len(items) else ():
             if completion.effects is not None:
                 try:
                     completion.effects(tx.conn)

@@ -19,13 +19,20 @@ _counter = itertools.count()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Soak and benchmark-sized tests run only with PLUNDER_SLOW=1."""
-    if os.environ.get("PLUNDER_SLOW") == "1":
-        return
-    skip = pytest.mark.skip(reason="slow: set PLUNDER_SLOW=1 to run")
+    """Soak and benchmark-sized tests run only with PLUNDER_SLOW=1; the chaos suite's tier
+    T1 only with PLUNDER_CHAOS_T1=1, and those that need root only as root."""
+    gates = {
+        "slow": (os.environ.get("PLUNDER_SLOW") != "1", "slow: set PLUNDER_SLOW=1 to run"),
+        "t1": (
+            os.environ.get("PLUNDER_CHAOS_T1") != "1",
+            "chaos tier T1: set PLUNDER_CHAOS_T1=1 to run",
+        ),
+        "needs_root": (os.geteuid() != 0, "needs root (network namespaces, tmpfs mounts)"),
+    }
     for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+        for marker, (skip, reason) in gates.items():
+            if skip and marker in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,9 @@ unique constraint, so a second commit of the same job would show up as a second 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import signal
 import time
 from typing import Any
@@ -57,11 +59,16 @@ def witness(
     kill_point: str | None = None,
     poison: bool = False,
     tx_sleep_ms: int = 0,
+    hog_ms: int = 0,
+    sleep_until: float = 0.0,
 ) -> dict[str, Any]:
     record("exec", ctx, uid=uid)
     if poison:
         os._exit(137)
     first = ctx.attempt == 1
+    if hog_ms and first:  # starves every other thread of this worker, heartbeats included
+        record("hog", ctx, uid=uid, held=hog(hog_ms))
+    time.sleep(max(0.0, sleep_until - time.time()))  # a common moment (wall clock) for all
     if kill_point == "before_effects" and first:
         _die(ctx, kill_point)
     time.sleep(sleep_ms / 1000)  # deliberately deaf to cancellation: a zombie must try
@@ -88,3 +95,26 @@ def witness(
     if kill_point == "after_commit" and first:
         _die(ctx, kill_point)
     return result
+
+
+def hog(ms: int) -> float:
+    """Hold the GIL for at least ``ms`` milliseconds in one C call (a backtracking regex
+    never lets go of it), so no other thread of the process runs meanwhile; return the
+    seconds it really held it."""
+    pattern = re.compile(r"(a+)+$")
+    size, took = 12, 0.0
+    while took < 0.02:  # each extra character doubles the time: find a short one
+        size += 1
+        started = time.thread_time()  # CPU time: not the wait for another thread's GIL
+        pattern.fullmatch("a" * size + "b")
+        took = time.thread_time() - started
+    size += math.ceil(math.log2(ms / 1000 / took))
+    started = time.monotonic()
+    pattern.fullmatch("a" * size + "b")
+    return time.monotonic() - started
+
+
+@app.task(name="hog")
+def hog_task(ms: int) -> float:
+    """A GIL hog without a context: it can run in a worker's process pool."""
+    return hog(ms)

@@ -17,7 +17,7 @@ import pytest
 from plunder.model import JobSpec
 from plunder.states import Outcome, Status
 from tests.chaos.checker import DEFAULT, check
-from tests.chaos.harness import System, witness
+from tests.chaos.harness import System, Timing, witness
 
 pytestmark = pytest.mark.t1
 
@@ -177,11 +177,16 @@ def test_s24b_retries_of_a_herd_spread_out(system: System) -> None:
     assert report.ok, report.summary()
 
 
+def obs_runs(system: System, job_id: int) -> list[tuple[int, str, str]]:
+    return [(r.attempt, str(r.outcome), r.worker) for r in system.store.job_runs(job_id)]
+
+
 @pytest.fixture
 def quiet_system(store_url: str, tmp_path: Path) -> Iterator[System]:
-    """A system without the sampler: listing every job ten times a second would be most
-    of the load on a large backlog."""
-    under_test = System(store_url, tmp_path)
+    """A system without the sampler (listing every job ten times a second would be most
+    of the load on a large backlog) and with a 5 s session expiry: this is a load test, and
+    a heartbeat late by a second on two busy cores is not the fault it is about."""
+    under_test = System(store_url, tmp_path, Timing(heartbeat=0.5, expiry=5.0))
     try:
         yield under_test
     finally:
@@ -209,7 +214,12 @@ def test_s24c_a_backlog_drained_by_workers_started_together(quiet_system: System
     drained = time.monotonic() - started
     obs = system.observe()
     execs = Counter((line["job"], line["attempt"]) for line in obs.events("exec"))
-    assert len(execs) == count and set(execs.values()) == {1}  # no fault: once each
+    logs = system.logs()
+    twice = sorted({job for job, attempt in execs if attempt > 1})
+    assert len(execs) == count and set(execs.values()) == {1}, (  # no fault: once each
+        f"{len(twice)} jobs ran twice, e.g. {[obs_runs(system, j) for j in twice[:3]]}; "
+        f"sessions lost {logs.count('SESSION LOST')}, given back {logs.count('never started')}"
+    )
     assert all(job.status == Status.SUCCEEDED for job in obs.jobs.values())
     first_start = {
         uid: min(r.started_at for r in obs.runs[job.id]).timestamp()

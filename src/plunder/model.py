@@ -154,6 +154,9 @@ class JobRecord:
     result: Any
     error: dict[str, Any] | None
     failed_sessions: tuple[str, ...]
+    # Lost with a dead worker and not run to an outcome since: it may be the job that
+    # killed that worker. A worker runs at most one suspect at a time.
+    suspect: bool
 
     @property
     def claim(self) -> Claim:

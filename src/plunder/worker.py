@@ -256,6 +256,7 @@ class Worker:
                 queues=self.queues,
                 tasks=self.tasks,
                 limit=free,
+                take_suspect=self._may_take_suspect(),
             )
         except errors.SessionGone:
             self._session_lost.set()
@@ -277,7 +278,11 @@ class Worker:
         assert self.session is not None
         try:
             jobs = self.store.job_claim_many(
-                self.session.id, queues=self.queues, tasks=self.tasks, limit=free
+                self.session.id,
+                queues=self.queues,
+                tasks=self.tasks,
+                limit=free,
+                take_suspect=self._may_take_suspect(),
             )
         except errors.SessionGone:
             self._session_lost.set()
@@ -290,6 +295,12 @@ class Worker:
             self._start(job)
         self.stats["claimed"] += len(jobs)
         return len(jobs)
+
+    def _may_take_suspect(self) -> bool:
+        """At most one suspect at a time: a suspect may be the job that killed its last
+        worker, and whatever runs beside it in this process dies with it if so."""
+        with self._lock:
+            return not any(handle.job.suspect for handle in self._running.values())
 
     def _start(self, job: JobRecord) -> None:
         task = self.app.registry.get(job.task)

@@ -146,10 +146,13 @@ class Store(Protocol):
         queues: Sequence[str],
         tasks: Sequence[str],
         limit: int,
+        take_suspect: bool = True,
         now: Now = None,
     ) -> list[JobRecord]:
         """Claim up to ``limit`` pending jobs (priority desc, run_at, id) whose task is in
-        ``tasks``; SessionGone if the session is dead."""
+        ``tasks``; SessionGone if the session is dead. Suspects (``JobRecord.suspect``: lost
+        with a dead worker) are skipped unless ``take_suspect``, and then at most one is
+        claimed, so a worker that passes it only while it runs none runs one at a time."""
         ...
 
     def job_complete_many(
@@ -175,9 +178,11 @@ class Store(Protocol):
         queues: Sequence[str],
         tasks: Sequence[str],
         limit: int,
+        take_suspect: bool = True,
         now: Now = None,
     ) -> Exchange:
-        """Acknowledge and claim in one transaction (a worker's turn, one commit)."""
+        """Acknowledge and claim in one transaction (a worker's turn, one commit); claims
+        as :meth:`job_claim_many` does."""
         ...
 
     def job_fail_many(self, failures: Sequence[Failure], *, now: Now = None) -> AckResult: ...

@@ -108,6 +108,7 @@ class SQLStore(Maintenance, Reads):
             result=None,
             error=None,
             failed_sessions=(),
+            suspect=False,
         )
 
     def _match_inserted(
@@ -301,12 +302,19 @@ class SQLStore(Maintenance, Reads):
         queues: Sequence[str],
         tasks: Sequence[str],
         limit: int,
+        take_suspect: bool = True,
         now: Now = None,
     ) -> list[JobRecord]:
         self._check_claim(queues, limit)
         rows = self._run(
             lambda tx: self._claim(
-                tx, session_id, queues=queues, tasks=tasks, limit=limit, clock=tx.clock(now)
+                tx,
+                session_id,
+                queues=queues,
+                tasks=tasks,
+                limit=limit,
+                take_suspect=take_suspect,
+                clock=tx.clock(now),
             )
         )
         return self._claimed(rows)
@@ -320,6 +328,7 @@ class SQLStore(Maintenance, Reads):
         queues: Sequence[str],
         tasks: Sequence[str],
         limit: int,
+        take_suspect: bool = True,
         now: Now = None,
     ) -> Exchange:
         """Acknowledge finished attempts and claim new jobs in ONE transaction: a worker's
@@ -337,7 +346,15 @@ class SQLStore(Maintenance, Reads):
             ok, refused = self._complete(tx, plain, now) if plain else ([], [])
             failed = self._fail(tx, failures, fail_rows, clock) if failures else AckResult((), ())
             rows = (
-                self._claim(tx, session_id, queues=queues, tasks=tasks, limit=limit, clock=clock)
+                self._claim(
+                    tx,
+                    session_id,
+                    queues=queues,
+                    tasks=tasks,
+                    limit=limit,
+                    take_suspect=take_suspect,
+                    clock=clock,
+                )
                 if limit
                 else []
             )
@@ -360,6 +377,7 @@ class SQLStore(Maintenance, Reads):
         queues: Sequence[str],
         tasks: Sequence[str],
         limit: int,
+        take_suspect: bool,
         clock: Any,
     ) -> list[Row]:
         rows = (
@@ -369,6 +387,7 @@ class SQLStore(Maintenance, Reads):
                 queues=self._list_in(list(queues)),
                 tasks=self._list_in(list(tasks)),
                 limit=int(limit),
+                take_suspect=bool(take_suspect),
                 now=clock,
             )
             if queues and tasks

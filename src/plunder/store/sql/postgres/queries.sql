@@ -68,16 +68,19 @@ SELECT * FROM plunder_jobs WHERE id = %(job_id)s;
 -- `queue = q.name` on plunder_jobs_claim, which yields that queue's jobs already in claim
 -- order: the statement reads about LIMIT rows per queue however deep the queue is, with no
 -- sort. A job that this session already failed is left to other live sessions serving its
--- queue, while there are any.
+-- queue, while there are any. Suspects (jobs lost with a dead worker) are taken only when
+-- take_suspect is true (the worker runs none), and then at most one: the first in claim
+-- order (a suspect picked beyond it stays locked, unclaimed, until this commit).
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 picked AS (
-    SELECT c.id FROM clock, unnest(%(queues)s::text[]) AS q(name)
+    SELECT c.id, c.suspect, c.priority, c.run_at FROM clock, unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at FROM plunder_jobs AS j
+        SELECT j.id, j.priority, j.run_at, j.suspect FROM plunder_jobs AS j
         WHERE j.status = 'pending'
           AND j.queue = q.name
           AND j.task = ANY(%(tasks)s::text[])
           AND j.run_at <= clock.now
+          AND (NOT j.suspect OR %(take_suspect)s)
           AND NOT (
               cardinality(j.failed_sessions) > 0
               AND %(session_id)s = ANY(j.failed_sessions)
@@ -93,6 +96,14 @@ picked AS (
                   WHERE id = %(session_id)s AND expires_at > clock.now)
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(limit)s
+),
+chosen AS (
+    SELECT p.id FROM (
+        SELECT id, suspect, count(*) FILTER (WHERE suspect)
+                   OVER (ORDER BY priority DESC, run_at, id) AS suspects
+        FROM picked
+    ) AS p
+    WHERE NOT p.suspect OR p.suspects = 1
 )
 UPDATE plunder_jobs AS j
 SET status = 'running',
@@ -101,8 +112,8 @@ SET status = 'running',
     started_at = clock.now,
     finished_at = NULL,
     deadline_at = clock.now + j.timeout * interval '1 second'
-FROM picked, clock
-WHERE j.id = picked.id
+FROM chosen, clock
+WHERE j.id = chosen.id
 RETURNING j.*;
 
 -- name: run_open
@@ -177,7 +188,8 @@ SET status = CASE WHEN u.retry AND j.attempt < j.max_attempts THEN 'pending'
                       ELSE j.session_id END,
     error = u.error,
     deadline_at = NULL,
-    failed_sessions = array_append(j.failed_sessions, u.session_id)
+    failed_sessions = array_append(j.failed_sessions, u.session_id),
+    suspect = false  -- it ran to an outcome and its worker lived: no longer a suspect
 FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[],
             %(error)s::text[], %(retry)s::bool[], %(delay)s::float8[],
             %(final_status)s::text[])
@@ -315,7 +327,8 @@ WHERE session_id = %(session_id)s AND status = 'running';
 -- The running jobs of dead sessions, and of sessions that no longer exist (a claim that
 -- committed after its session was reaped): back to pending at once while attempts remain
 -- (the attempt that was lost counts), otherwise timed_out. A rescued job keeps its
--- place in the claim order (its run_at), so a backlog cannot starve it.
+-- place in the claim order (its run_at), so a backlog cannot starve it, and becomes a
+-- suspect (see job_claim_many).
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 UPDATE plunder_jobs AS j
 SET status = CASE WHEN j.attempt < j.max_attempts THEN 'pending' ELSE 'timed_out' END,
@@ -324,6 +337,7 @@ SET status = CASE WHEN j.attempt < j.max_attempts THEN 'pending' ELSE 'timed_out
     error = %(error)s,
     deadline_at = NULL,
     failed_sessions = array_append(j.failed_sessions, j.session_id),
+    suspect = true,
     session_id = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE j.session_id END
 FROM clock
 WHERE j.status = 'running'

@@ -28,7 +28,9 @@ CREATE TABLE plunder_jobs (
     session_id TEXT,
     result TEXT,
     error TEXT,
-    failed_sessions TEXT[] NOT NULL DEFAULT '{}'
+    failed_sessions TEXT[] NOT NULL DEFAULT '{}',
+    -- lost with its worker and not yet run to an outcome since: a worker runs at most one
+    suspect BOOLEAN NOT NULL DEFAULT false
 );
 
 -- Claims walk one queue's pending jobs in claim order and stop after LIMIT matches.

@@ -27,7 +27,9 @@ CREATE TABLE plunder_jobs (
     session_id TEXT,
     result TEXT,
     error TEXT,
-    failed_sessions TEXT NOT NULL DEFAULT '[]'
+    failed_sessions TEXT NOT NULL DEFAULT '[]',
+    -- lost with its worker and not yet run to an outcome since: a worker runs at most one
+    suspect INTEGER NOT NULL DEFAULT 0 CHECK (suspect IN (0, 1))
 );
 
 -- Claim scans in claim order and filters queue and task, so it stops after LIMIT matches.

@@ -27,13 +27,19 @@ class _LineCapture(logging.Handler):
     def __init__(self, lines: list[str]) -> None:
         super().__init__(logging.DEBUG)
         self.lines = lines
-        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        self.setFormatter(logging.Formatter(LOG_FORMAT))
 
     def emit(self, record: logging.LogRecord) -> None:
-        line = self.format(record)
-        self.lines.append(line)
-        if len(self.lines) > MAX_LOG_LINES * 2:  # keep memory bounded; the store keeps the tail
-            del self.lines[: len(self.lines) - MAX_LOG_LINES]
+        keep_line(self.lines, self.format(record))
+
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
+
+
+def keep_line(lines: list[str], line: str) -> None:
+    lines.append(line)
+    if len(lines) > MAX_LOG_LINES * 2:  # keep memory bounded; the store keeps the tail
+        del lines[: len(lines) - MAX_LOG_LINES]
 
 
 class Context:
@@ -103,9 +109,21 @@ class Context:
 
     def _add(self, kind: str, data: Any) -> None:
         text = payload.encode(data, what="stream data")
-        size = len(text)
         if isinstance(data, list | dict):  # a snapshot: the task may change its object later,
             data = payload.decode(text)  # and the worker writes the event after it returns
+        self._append(kind, data, len(text))
+
+    def add_encoded(self, kind: str, text: str) -> None:
+        """Buffer an event that a process-pool task's child already encoded."""
+        if kind not in ("chunk", "progress"):
+            raise ValueError(f"unknown stream event kind {kind!r}")
+        self._append(kind, payload.decode(text), len(text))
+
+    def add_log_line(self, line: str) -> None:
+        """A log line of a process-pool task's child, for this run's history."""
+        keep_line(self.log_lines, line)
+
+    def _append(self, kind: str, data: Any, size: int) -> None:
         with self._lock:
             self._pending.append((kind, data))
             self._pending_bytes += size

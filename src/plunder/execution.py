@@ -5,13 +5,23 @@ worker's outcome queue and can be told to stop a job.
 
 A thread cannot be killed: stopping a thread task sets ``ctx.cancelled`` and the worker
 stops waiting for it (its result would be refused anyway).
+
+A process-pool task talks to its worker over one pipe::
+
+    child                                   worker (a watcher thread per job)
+      ctx.stream / ctx.progress ──("event", kind, json)──▶ ctx buffer ─▶ fenced flush
+      ctx.logger                ──("log", line)─────────▶ the run's log lines
+      return / raise            ──("ok", json) | ("error", info)──▶ outcome queue
+      (dies)                    ── EOF ─────────────────▶ outcome: plunder.ProcessDied
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import enum
 import importlib
+import logging
 import multiprocessing
 import multiprocessing.connection
 import queue
@@ -19,8 +29,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from plunder import payload
-from plunder.context import Context
+from plunder import errors, payload
+from plunder.context import LOG_FORMAT, Context
 from plunder.model import ErrorInfo, JobRecord
 from plunder.task import Task
 
@@ -49,9 +59,9 @@ class Handle:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def call_arguments(task: Task, job: JobRecord, ctx: Context) -> tuple[list[Any], dict[str, Any]]:
-    """Bind the job's JSON arguments (and the context) to the function's signature;
-    TypeError names what does not fit."""
+def call_arguments(task: Task, job: JobRecord, ctx: object) -> tuple[list[Any], dict[str, Any]]:
+    """Bind the job's JSON arguments (and the context, or a marker for it) to the
+    function's signature; TypeError names what does not fit."""
     args, kwargs = list(job.args), dict(job.kwargs)
     signature = task.signature
     if task.context_param:
@@ -179,22 +189,113 @@ class AsyncRunner:
                 self._thread.join(timeout=5)
 
 
-def _child(
-    module: str,
-    attribute: str,
-    args: list[Any],
-    kwargs: dict[str, Any],
-    conn: multiprocessing.connection.Connection,
-) -> None:
+class _Slot(enum.Enum):
+    """Where a process task's context goes among its arguments. An enum member pickles by
+    name, so the child finds the very same marker and puts its own context there."""
+
+    CONTEXT = "context"
+
+
+class _PipeLines(logging.Handler):
+    def __init__(self, ctx: ChildContext) -> None:
+        super().__init__(logging.DEBUG)
+        self.ctx = ctx
+        self.setFormatter(logging.Formatter(LOG_FORMAT))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.ctx.send(("log", self.format(record)))
+
+
+class ChildContext:
+    """The context of a process-pool task, inside its child process. Stream chunks,
+    progress and log lines go over the pipe as they happen; the worker buffers them and
+    writes them, fenced, as it does for any task. ``cancelled`` is set just before the
+    worker terminates the child. The child holds no connection of plunder's, so
+    ``transaction()`` is refused."""
+
+    def __init__(
+        self, job: JobRecord, conn: multiprocessing.connection.Connection, cancelled: Any
+    ) -> None:
+        self.job = job
+        self.claim = job.claim
+        self._conn = conn
+        self._cancelled = cancelled  # a multiprocessing Event the worker sets
+        self._send_lock = threading.Lock()  # the task's own threads may stream too
+        self._logger: logging.Logger | None = None
+
+    @property
+    def job_id(self) -> int:
+        return self.job.id
+
+    @property
+    def attempt(self) -> int:
+        return self.job.attempt
+
+    @property
+    def queue(self) -> str:
+        return self.job.queue
+
+    @property
+    def cancelled(self) -> bool:
+        return bool(self._cancelled.is_set())
+
+    def wait_cancelled(self, timeout: float | None = None) -> bool:
+        return bool(self._cancelled.wait(timeout))
+
+    @property
+    def logger(self) -> logging.Logger:
+        if self._logger is None:
+            logger = logging.Logger(f"plunder.task.{self.job.task}", logging.DEBUG)
+            logger.addHandler(_PipeLines(self))
+            self._logger = logger
+        return self._logger
+
+    def stream(self, data: Any) -> None:
+        self.send(("event", "chunk", payload.encode(data, what="stream data")))
+
+    def progress(self, current: float, total: float | None = None) -> None:
+        text = payload.encode({"current": current, "total": total}, what="progress")
+        self.send(("event", "progress", text))
+
+    def flush(self) -> None:
+        """Nothing to do: every event is already on its way to the worker."""
+
+    def transaction(self, *, result: Any = None) -> Any:
+        raise errors.PlunderError(
+            f"job {self.job_id}: a process-pool task cannot write in its acknowledgement's "
+            "transaction (its process holds no connection of plunder's); run it on a thread"
+        )
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        with self._send_lock:
+            self._conn.send(message)
+
+
+@dataclass(frozen=True)
+class _ChildJob:
+    """What a process-pool child needs: where its function lives, its arguments (with
+    ``_Slot.CONTEXT`` where the context goes) and the job."""
+
+    module: str
+    attribute: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    job: JobRecord
+
+
+def _child(spec: _ChildJob, conn: multiprocessing.connection.Connection, cancelled: Any) -> None:
     """Entry point of a process-pool child: import the task by name and run it."""
+    ctx = ChildContext(spec.job, conn, cancelled)
     try:
-        target: Any = importlib.import_module(module)
-        for part in attribute.split("."):
+        target: Any = importlib.import_module(spec.module)
+        for part in spec.attribute.split("."):
             target = getattr(target, part)
         function = getattr(target, "fn", target)
-        conn.send(("ok", payload.encode(function(*args, **kwargs), what="result")))
+        args = [ctx if a is _Slot.CONTEXT else a for a in spec.args]
+        kwargs = {k: ctx if v is _Slot.CONTEXT else v for k, v in spec.kwargs.items()}
+        ctx.send(("ok", payload.encode(function(*args, **kwargs), what="result")))
     except BaseException as exc:
-        conn.send(("error", ErrorInfo.from_exception(exc).as_dict()))
+        ctx.send(("error", ErrorInfo.from_exception(exc).as_dict()))
     finally:
         conn.close()
 
@@ -214,11 +315,13 @@ class ProcessRunner:
                 f"process-pool task {handle.task.name} must live in an importable "
                 "module, not __main__"
             )
-        args, kwargs = call_arguments(handle.task, handle.job, handle.ctx)
+        args, kwargs = call_arguments(handle.task, handle.job, _Slot.CONTEXT)
         receive, send = self._mp.Pipe(duplex=False)
+        cancelled = handle.extra["cancelled"] = self._mp.Event()
+        spec = _ChildJob(fn.__module__, fn.__qualname__, args, kwargs, handle.job)
         process = self._mp.Process(
             target=_child,
-            args=(fn.__module__, fn.__qualname__, args, kwargs, send),
+            args=(spec, send, cancelled),
             name=f"plunder-job-{handle.job.id}",
             daemon=True,
         )
@@ -237,7 +340,7 @@ class ProcessRunner:
         self, handle: Handle, receive: multiprocessing.connection.Connection, process: Any
     ) -> None:
         try:
-            kind, value = receive.recv()
+            kind, value = self._relay(handle, receive)
         except (EOFError, OSError, ValueError):  # the child died, or sent something unreadable
             process.join()
             info = ErrorInfo(
@@ -254,7 +357,24 @@ class ProcessRunner:
         else:
             self.outcomes.put(Outcome(handle.job, False, error_info=ErrorInfo.from_dict(value)))
 
+    @staticmethod
+    def _relay(handle: Handle, receive: multiprocessing.connection.Connection) -> tuple[str, Any]:
+        """Hand the child's stream events and log lines to the job's context until its
+        final message arrives; return that."""
+        while True:
+            message = receive.recv()
+            if message[0] == "event":
+                handle.ctx.add_encoded(message[1], message[2])
+            elif message[0] == "log":
+                handle.ctx.add_log_line(message[1])
+            elif message[0] in ("ok", "error"):
+                return message[0], message[1]
+            else:
+                raise ValueError(f"unknown message from a task's process: {message[0]!r}")
+
     def stop(self, handle: Handle, reason: str) -> None:
         handle.ctx.cancel(reason)
+        if "cancelled" in handle.extra:
+            handle.extra["cancelled"].set()
         if handle.process is not None and handle.process.is_alive():
             handle.process.terminate()

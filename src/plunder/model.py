@@ -15,6 +15,11 @@ from plunder.states import Outcome, Status
 # character is escaped in the JSON (a control character takes six bytes).
 MAX_ERROR_MESSAGE_CHARS = 16_000
 MAX_ERROR_TRACEBACK_CHARS = 64_000
+# A job lost with its worker this many times since it last ran to an outcome is a suspect.
+# Twice, not once: most workers die of causes of their own (a deploy, the OOM killer, a
+# lost machine), and the jobs of a worker that died once are rescued in parallel; a job
+# that was running each time its worker died twice may be what kills them.
+SUSPECT_LOSSES = 2
 
 
 def _recordable(text: str, limit: int, *, keep_end: bool = False) -> str:
@@ -154,9 +159,8 @@ class JobRecord:
     result: Any
     error: dict[str, Any] | None
     failed_sessions: tuple[str, ...]
-    # Lost with a dead worker and not run to an outcome since: it may be the job that
-    # killed that worker. A worker runs at most one suspect at a time.
-    suspect: bool
+    # How often its worker died while running it, since it last ran to an outcome.
+    losses: int
 
     @property
     def claim(self) -> Claim:
@@ -164,6 +168,12 @@ class JobRecord:
         if self.session_id is None:
             raise ValueError(f"job {self.id} is not claimed")
         return Claim(self.id, self.attempt, self.session_id)
+
+    @property
+    def suspect(self) -> bool:
+        """Lost with its worker SUSPECT_LOSSES times in a row: it may be the job that killed
+        those workers. A worker runs at most one suspect at a time."""
+        return self.losses >= SUSPECT_LOSSES
 
     @property
     def attempts_left(self) -> int:

@@ -179,9 +179,9 @@ def make_task(
         raise errors.ConfigError(f"pool must be one of {', '.join(POOLS)}, not {pool!r}")
     task_name = payload.check_task(f"{fn.__module__}.{fn.__qualname__}" if name is None else name)
     context_param = _context_parameter(fn)
-    if pool == "process" and (inspect.iscoroutinefunction(fn) or context_param):
+    if pool == "process" and inspect.iscoroutinefunction(fn):
         raise errors.ConfigError(
-            f"task {task_name}: process-pool tasks must be plain functions without a Context"
+            f"task {task_name}: process-pool tasks must be plain functions, not async def"
         )
     return Task(
         fn=fn,

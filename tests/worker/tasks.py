@@ -65,6 +65,23 @@ def cpu_hang() -> None:
         pass
 
 
+@app.task(name="cpu_streamer", pool="process")
+def cpu_streamer(ctx: plunder.Context, n: int) -> dict[str, int]:
+    """Streams from a child process: chunks, progress and log lines cross the pipe."""
+    for i in range(n):
+        ctx.stream({"i": i, "pid": os.getpid()})
+        if i % 10 == 0:
+            ctx.progress(i, n)
+    ctx.logger.info("child %d streamed %d chunks", os.getpid(), n)
+    return {"n": n, "pid": os.getpid(), "job": ctx.job_id, "attempt": ctx.attempt}
+
+
+@app.task(name="cpu_transaction", pool="process", retries=0)
+def cpu_transaction(ctx: plunder.Context) -> None:
+    with ctx.transaction():
+        pass
+
+
 @app.task(name="thread_slow", timeout=0.3, retries=0)
 def thread_slow(ctx: plunder.Context) -> str:
     ctx.wait_cancelled(5)

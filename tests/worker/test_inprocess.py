@@ -3,6 +3,7 @@ streams. The process-level behaviour (signals, crashes) is in test_processes.py.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -86,6 +87,24 @@ def test_stream_events_arrive_in_order_before_the_result(worker: Worker) -> None
     assert [e.seq for e in events] == sorted(e.seq for e in events)
     assert sum(e.kind == "progress" for e in events) == 10
     assert any("streamed 100 chunks" in line for line in job.runs[0].logs)
+
+
+def test_a_process_task_streams_and_logs_through_its_worker(worker: Worker) -> None:
+    job = tasks.cpu_streamer.enqueue(60)
+    result = job.result(timeout=30)
+    assert result["n"] == 60 and result["job"] == job.id and result["attempt"] == 1
+    assert result["pid"] != os.getpid()  # it really ran in a child process
+    events = list(job.stream(timeout=5))
+    assert [e.data["i"] for e in events if e.kind == "chunk"] == list(range(60))
+    assert {e.data["pid"] for e in events if e.kind == "chunk"} == {result["pid"]}
+    assert [e.data["current"] for e in events if e.kind == "progress"] == list(range(0, 60, 10))
+    assert any(f"child {result['pid']} streamed 60 chunks" in line for line in job.runs[0].logs)
+
+
+def test_a_process_task_cannot_join_the_acknowledgement_transaction(worker: Worker) -> None:
+    job = tasks.cpu_transaction.enqueue()
+    with pytest.raises(JobFailed, match="cannot write in its acknowledgement's transaction"):
+        job.result(timeout=30)
 
 
 def test_an_async_task_streams_and_a_follower_sees_it_live(worker: Worker) -> None:

@@ -151,8 +151,9 @@ class Store(Protocol):
     ) -> list[JobRecord]:
         """Claim up to ``limit`` pending jobs (priority desc, run_at, id) whose task is in
         ``tasks``; SessionGone if the session is dead. Suspects (``JobRecord.suspect``: lost
-        with a dead worker) are skipped unless ``take_suspect``, and then at most one is
-        claimed, so a worker that passes it only while it runs none runs one at a time."""
+        with their worker again and again) are skipped unless ``take_suspect``, and then at
+        most one is claimed, so a worker that passes it only while it runs none runs one at
+        a time."""
         ...
 
     def job_complete_many(

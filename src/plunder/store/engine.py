@@ -331,7 +331,7 @@ class Engine(ABC):
             result=payload.decode(row["result"]),
             error=error,
             failed_sessions=tuple(self._list_out(row["failed_sessions"])),
-            suspect=bool(row["suspect"]),
+            losses=int(row["losses"]),
         )
 
     def _run_record(self, row: Row) -> Run:

@@ -18,6 +18,7 @@ from typing import Any
 
 from plunder import errors, payload
 from plunder.model import (
+    SUSPECT_LOSSES,
     AckResult,
     Claim,
     Completion,
@@ -108,7 +109,7 @@ class SQLStore(Maintenance, Reads):
             result=None,
             error=None,
             failed_sessions=(),
-            suspect=False,
+            losses=0,
         )
 
     def _match_inserted(
@@ -388,6 +389,7 @@ class SQLStore(Maintenance, Reads):
                 tasks=self._list_in(list(tasks)),
                 limit=int(limit),
                 take_suspect=bool(take_suspect),
+                suspect_losses=SUSPECT_LOSSES,
                 now=clock,
             )
             if queues and tasks

@@ -68,19 +68,20 @@ SELECT * FROM plunder_jobs WHERE id = %(job_id)s;
 -- `queue = q.name` on plunder_jobs_claim, which yields that queue's jobs already in claim
 -- order: the statement reads about LIMIT rows per queue however deep the queue is, with no
 -- sort. A job that this session already failed is left to other live sessions serving its
--- queue, while there are any. Suspects (jobs lost with a dead worker) are taken only when
--- take_suspect is true (the worker runs none), and then at most one: the first in claim
--- order (a suspect picked beyond it stays locked, unclaimed, until this commit).
+-- queue, while there are any. Suspects (jobs lost with their worker suspect_losses times
+-- or more) are taken only when take_suspect is true (the worker runs none), and then at
+-- most one: the first in claim order (one picked beyond it stays locked, unclaimed, until
+-- this commit).
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 picked AS (
-    SELECT c.id, c.suspect, c.priority, c.run_at FROM clock, unnest(%(queues)s::text[]) AS q(name)
+    SELECT c.id, c.losses, c.priority, c.run_at FROM clock, unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at, j.suspect FROM plunder_jobs AS j
+        SELECT j.id, j.priority, j.run_at, j.losses FROM plunder_jobs AS j
         WHERE j.status = 'pending'
           AND j.queue = q.name
           AND j.task = ANY(%(tasks)s::text[])
           AND j.run_at <= clock.now
-          AND (NOT j.suspect OR %(take_suspect)s)
+          AND (j.losses < %(suspect_losses)s OR %(take_suspect)s)
           AND NOT (
               cardinality(j.failed_sessions) > 0
               AND %(session_id)s = ANY(j.failed_sessions)
@@ -99,11 +100,11 @@ picked AS (
 ),
 chosen AS (
     SELECT p.id FROM (
-        SELECT id, suspect, count(*) FILTER (WHERE suspect)
-                   OVER (ORDER BY priority DESC, run_at, id) AS suspects
+        SELECT id, losses, count(*) FILTER (WHERE losses >= %(suspect_losses)s)
+                               OVER (ORDER BY priority DESC, run_at, id) AS suspects
         FROM picked
     ) AS p
-    WHERE NOT p.suspect OR p.suspects = 1
+    WHERE p.losses < %(suspect_losses)s OR p.suspects = 1
 )
 UPDATE plunder_jobs AS j
 SET status = 'running',
@@ -189,7 +190,7 @@ SET status = CASE WHEN u.retry AND j.attempt < j.max_attempts THEN 'pending'
     error = u.error,
     deadline_at = NULL,
     failed_sessions = array_append(j.failed_sessions, u.session_id),
-    suspect = false  -- it ran to an outcome and its worker lived: no longer a suspect
+    losses = 0  -- it ran to an outcome and its worker lived: not a suspect
 FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[],
             %(error)s::text[], %(retry)s::bool[], %(delay)s::float8[],
             %(final_status)s::text[])
@@ -327,8 +328,8 @@ WHERE session_id = %(session_id)s AND status = 'running';
 -- The running jobs of dead sessions, and of sessions that no longer exist (a claim that
 -- committed after its session was reaped): back to pending at once while attempts remain
 -- (the attempt that was lost counts), otherwise timed_out. A rescued job keeps its
--- place in the claim order (its run_at), so a backlog cannot starve it, and becomes a
--- suspect (see job_claim_many).
+-- place in the claim order (its run_at), so a backlog cannot starve it, and counts the
+-- loss (a suspect after enough of them, see job_claim_many).
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 UPDATE plunder_jobs AS j
 SET status = CASE WHEN j.attempt < j.max_attempts THEN 'pending' ELSE 'timed_out' END,
@@ -337,7 +338,7 @@ SET status = CASE WHEN j.attempt < j.max_attempts THEN 'pending' ELSE 'timed_out
     error = %(error)s,
     deadline_at = NULL,
     failed_sessions = array_append(j.failed_sessions, j.session_id),
-    suspect = true,
+    losses = j.losses + 1,
     session_id = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE j.session_id END
 FROM clock
 WHERE j.status = 'running'

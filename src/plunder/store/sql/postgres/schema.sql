@@ -29,8 +29,8 @@ CREATE TABLE plunder_jobs (
     result TEXT,
     error TEXT,
     failed_sessions TEXT[] NOT NULL DEFAULT '{}',
-    -- lost with its worker and not yet run to an outcome since: a worker runs at most one
-    suspect BOOLEAN NOT NULL DEFAULT false
+    -- deaths of its worker while it ran, since it last ran to an outcome (see job_claim_many)
+    losses INTEGER NOT NULL DEFAULT 0 CHECK (losses >= 0)
 );
 
 -- Claims walk one queue's pending jobs in claim order and stop after LIMIT matches.

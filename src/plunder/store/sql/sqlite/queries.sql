@@ -53,8 +53,9 @@ SELECT * FROM plunder_jobs WHERE id = :job_id;
 -- name: job_claim_many
 -- Claim up to :limit pending jobs, best first, for a live session. A job that this session
 -- already failed is left to other live sessions serving its queue, while there are any.
--- Suspects (jobs lost with a dead worker) are taken only when :take_suspect is true (the
--- worker runs none), and then at most one: the first in claim order.
+-- Suspects (jobs lost with their worker :suspect_losses times or more) are taken only when
+-- :take_suspect is true (the worker runs none), and then at most one: the first in claim
+-- order.
 UPDATE plunder_jobs
 SET status = 'running',
     attempt = attempt + 1,
@@ -65,18 +66,19 @@ SET status = 'running',
 WHERE id IN (
   -- The window runs over the LIMIT rows the walk below found, never over the queue.
   SELECT c.id FROM (
-    SELECT p.id, p.suspect,
-           sum(p.suspect) OVER (ORDER BY p.priority DESC, p.run_at, p.id) AS suspects
+    SELECT p.id, p.losses,
+           sum(p.losses >= :suspect_losses)
+               OVER (ORDER BY p.priority DESC, p.run_at, p.id) AS suspects
     FROM (
     -- INDEXED BY: walk the jobs in claim order and stop after LIMIT matches. Left to
     -- itself the planner prefers the (queue, status) index and sorts every pending job
     -- of the queue on each claim, which grows with the depth of the queue.
-    SELECT j.id, j.suspect, j.priority, j.run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
+    SELECT j.id, j.losses, j.priority, j.run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
     WHERE j.status = 'pending'
       AND j.queue IN (SELECT value FROM json_each(:queues))
       AND j.task IN (SELECT value FROM json_each(:tasks))
       AND j.run_at <= :now
-      AND (j.suspect = 0 OR :take_suspect)
+      AND (j.losses < :suspect_losses OR :take_suspect)
       AND NOT (
           j.failed_sessions != '[]'
           AND EXISTS (SELECT 1 FROM json_each(j.failed_sessions) AS f WHERE f.value = :session_id)
@@ -88,7 +90,7 @@ WHERE id IN (
     LIMIT :limit
     ) AS p
   ) AS c
-  WHERE c.suspect = 0 OR c.suspects = 1
+  WHERE c.losses < :suspect_losses OR c.suspects = 1
 )
 AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at > :now)
 RETURNING *;
@@ -144,7 +146,7 @@ SET status = CASE WHEN :retry AND attempt < max_attempts THEN 'pending' ELSE :fi
     error = :error,
     deadline_at = NULL,
     failed_sessions = json_insert(failed_sessions, '$[#]', :session_id),
-    suspect = 0  -- it ran to an outcome and its worker lived: no longer a suspect
+    losses = 0  -- it ran to an outcome and its worker lived: not a suspect
 WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
   AND status = 'running'
   AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at > :now)
@@ -252,8 +254,8 @@ WHERE session_id = :session_id AND status = 'running';
 -- The running jobs of dead sessions, and of sessions that no longer exist (a claim that
 -- committed after its session was reaped): back to pending at once while attempts remain
 -- (the attempt that was lost counts), otherwise timed_out. A rescued job keeps its
--- place in the claim order (its run_at), so a backlog cannot starve it, and becomes a
--- suspect (see job_claim_many).
+-- place in the claim order (its run_at), so a backlog cannot starve it, and counts the
+-- loss (a suspect after enough of them, see job_claim_many).
 UPDATE plunder_jobs
 SET status = CASE WHEN attempt < max_attempts THEN 'pending' ELSE 'timed_out' END,
     run_at = CASE WHEN run_at < :now THEN run_at ELSE :now END,
@@ -261,7 +263,7 @@ SET status = CASE WHEN attempt < max_attempts THEN 'pending' ELSE 'timed_out' EN
     error = :error,
     deadline_at = NULL,
     failed_sessions = json_insert(failed_sessions, '$[#]', session_id),
-    suspect = 1,
+    losses = losses + 1,
     session_id = CASE WHEN attempt < max_attempts THEN NULL ELSE session_id END
 WHERE status = 'running'
   AND (session_id IN (SELECT value FROM json_each(:session_ids))

@@ -28,8 +28,8 @@ CREATE TABLE plunder_jobs (
     result TEXT,
     error TEXT,
     failed_sessions TEXT NOT NULL DEFAULT '[]',
-    -- lost with its worker and not yet run to an outcome since: a worker runs at most one
-    suspect INTEGER NOT NULL DEFAULT 0 CHECK (suspect IN (0, 1))
+    -- deaths of its worker while it ran, since it last ran to an outcome (see job_claim_many)
+    losses INTEGER NOT NULL DEFAULT 0 CHECK (losses >= 0)
 );
 
 -- Claim scans in claim order and filters queue and task, so it stops after LIMIT matches.

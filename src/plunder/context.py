@@ -42,7 +42,25 @@ def keep_line(lines: list[str], line: str) -> None:
         del lines[: len(lines) - MAX_LOG_LINES]
 
 
-class Context:
+class JobIdentity:
+    """Which job, attempt and queue a task is running (both kinds of context have it)."""
+
+    job: JobRecord
+
+    @property
+    def job_id(self) -> int:
+        return self.job.id
+
+    @property
+    def attempt(self) -> int:
+        return self.job.attempt
+
+    @property
+    def queue(self) -> str:
+        return self.job.queue
+
+
+class Context(JobIdentity):
     """Handed to a task that declares a parameter annotated ``plunder.Context``."""
 
     def __init__(self, job: JobRecord, store: Store, *, on_flush_needed: Any = None) -> None:
@@ -69,19 +87,6 @@ class Context:
             logger.addHandler(_LineCapture(self.log_lines))
             self._logger = logger
         return self._logger
-
-    # -- identity -------------------------------------------------------------------------
-    @property
-    def job_id(self) -> int:
-        return self.job.id
-
-    @property
-    def attempt(self) -> int:
-        return self.job.attempt
-
-    @property
-    def queue(self) -> str:
-        return self.job.queue
 
     # -- cancellation ---------------------------------------------------------------------
     @property

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from plunder import errors, payload
-from plunder.context import LOG_FORMAT, Context
+from plunder.context import LOG_FORMAT, Context, JobIdentity
 from plunder.model import ErrorInfo, JobRecord
 from plunder.task import Task
 
@@ -206,7 +206,7 @@ class _PipeLines(logging.Handler):
         self.ctx.send(("log", self.format(record)))
 
 
-class ChildContext:
+class ChildContext(JobIdentity):
     """The context of a process-pool task, inside its child process. Stream chunks,
     progress and log lines go over the pipe as they happen; the worker buffers them and
     writes them, fenced, as it does for any task. ``cancelled`` is set just before the
@@ -222,18 +222,6 @@ class ChildContext:
         self._cancelled = cancelled  # a multiprocessing Event the worker sets
         self._send_lock = threading.Lock()  # the task's own threads may stream too
         self._logger: logging.Logger | None = None
-
-    @property
-    def job_id(self) -> int:
-        return self.job.id
-
-    @property
-    def attempt(self) -> int:
-        return self.job.attempt
-
-    @property
-    def queue(self) -> str:
-        return self.job.queue
 
     @property
     def cancelled(self) -> bool:

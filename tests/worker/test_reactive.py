@@ -130,3 +130,62 @@ def test_a_worker_keeps_to_its_connection_budget(
     finally:
         conn.close()
     assert 2 <= peak <= 3, peak  # work + listen, and the janitor's while it holds the lease
+
+
+def test_delayed_jobs_and_retries_start_when_due_not_at_the_next_poll(
+    store: Store, workers: Workers
+) -> None:
+    """The worker sleeps until the earliest due job (by the database clock), so a delayed
+    job and a retry after its backoff start on time even with a 5 s poll interval."""
+    proc = workers.start("--poll-interval", "5")
+    wait_for(lambda: session_of(store, proc.pid), what="session")
+    delayed = store.job_enqueue_many([JobSpec("add", [i, i], delay=0.5 + i / 4) for i in range(4)])
+    (retried,) = store.job_enqueue_many(
+        [JobSpec("fails", ["runtime"], max_attempts=2, backoff_base=0.8, backoff_cap=0.8)]
+    )
+    wait_for(
+        lambda: (
+            all(store.job_get(j.id).status == Status.SUCCEEDED for j in delayed)
+            and store.job_get(retried.id).status == Status.FAILED
+        ),
+        timeout=30,
+        what="delayed jobs done and the retry failed again",
+    )
+    lateness = []
+    for job in delayed:
+        done = store.job_get(job.id)
+        assert done.started_at is not None
+        assert done.started_at >= done.run_at  # never early
+        lateness.append((done.started_at - done.run_at).total_seconds())
+    first, second = store.job_runs(retried.id)
+    assert first.finished_at is not None
+    waited = (second.started_at - first.finished_at).total_seconds()
+    assert waited >= 0.8 * 0.5, waited  # the backoff (with its jitter) was kept
+    lateness.append((second.started_at - store.job_get(retried.id).run_at).total_seconds())
+    assert max(lateness) < 0.5, lateness  # the poll interval is 5 s
+
+
+def test_a_result_can_be_awaited(store: Store, workers: Workers) -> None:
+    import asyncio
+
+    proc = workers.start()
+    wait_for(lambda: session_of(store, proc.pid), what="session")
+    app = plunder.App(store.url)
+    try:
+        jobs = [
+            app.job(j.id)
+            for j in store.job_enqueue_many([JobSpec("add", [i, 1]) for i in range(5)])
+        ]
+        failing = app.job(store.job_enqueue_many([JobSpec("fails", ["key"])])[0].id)
+
+        async def gather() -> list[int]:
+            return list(await asyncio.gather(*(j.result_async(timeout=20) for j in jobs)))
+
+        assert asyncio.run(gather()) == [i + 1 for i in range(5)]
+        with pytest.raises(plunder.JobFailed, match="KeyError"):
+            asyncio.run(failing.result_async(timeout=20))
+        with pytest.raises(TimeoutError):
+            slow = app.job(store.job_enqueue_many([JobSpec("sleepy", [5])])[0].id)
+            asyncio.run(slow.result_async(timeout=0.2))
+    finally:
+        app.close()

@@ -7,7 +7,8 @@ worker slot and every result or stream waiter in that process.
    plunder_done <job ids>      → result waiters of those jobs
    plunder_stream <job ids>    → stream followers of those jobs
    "*" (reconnected, SQLite)   → everyone re-checks once
- and between waits, periodic calls on the same connection (the worker's heartbeat)
+ and between waits, periodic calls on the same connection (the worker's heartbeat), each
+ cut if it outlives its deadline
 ```
 
 Notifications only lower latency. Every waiter also re-checks the database at least every
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from plunder import errors
 from plunder.store.base import Notifications, Store
 
 log = logging.getLogger("plunder.hub")
@@ -31,10 +33,15 @@ Callback = Callable[[], None]
 MAX_WAIT = 0.5  # the hub thread looks at its stop flag and periodic calls at least this often
 
 
+def _name(call: Callable[..., Any]) -> str:
+    return str(getattr(call, "__qualname__", call))
+
+
 @dataclass
 class _Periodic:
     interval: float
     call: Callable[[Any], None]
+    deadline: float | None = None
     due: float = field(default_factory=time.monotonic)
 
 
@@ -101,11 +108,16 @@ class Hub:
 
         return cancel
 
-    def every(self, interval: float, call: Callable[[Any], None]) -> None:
+    def every(
+        self, interval: float, call: Callable[[Any], None], *, deadline: float | None = None
+    ) -> None:
         """Run ``call(connection)`` on the hub thread every ``interval`` seconds, with the
-        hub's dedicated connection (so heartbeats need no connection of their own)."""
+        hub's dedicated connection (so heartbeats need no connection of their own). A call
+        still waiting for the database after ``deadline`` seconds has the connection cut
+        under it (it raises StoreBusy, and the next call reconnects): a peer that hangs
+        would otherwise stop the hub, and every later call, for good."""
         with self._lock:
-            self._periodic.append(_Periodic(interval, call))
+            self._periodic.append(_Periodic(interval, call, deadline))
         self.start()
 
     # -- the thread -----------------------------------------------------------------------
@@ -133,7 +145,10 @@ class Hub:
         for periodic in due:
             periodic.due = now + periodic.interval
             try:
-                periodic.call(self._notes.connection)
+                with self._notes.connection_for(periodic.deadline) as connection:
+                    periodic.call(connection)
+            except errors.StoreError as exc:  # the database is unreachable: one line, no trace
+                log.warning("periodic call %s failed: %s", _name(periodic.call), exc)
             except Exception:
                 log.exception("periodic call %r failed", periodic.call)
 

@@ -80,7 +80,9 @@ class Worker:
         self._app_name = f"plunder:worker:{self.name}"[:60]
         with contextlib.suppress(errors.ConfigError):  # already open: keep what it has
             # the connection budget: one for work, one for the hub (+1 janitor, see there)
-            app.set_store_options(pool_size=1, application_name=self._app_name)
+            app.set_store_options(
+                pool_size=1, application_name=self._app_name, **self._deadline_options
+            )
         self.queues = list(self.options.queues or app.registry.queues())
         self.tasks = app.registry.names()
         self.store: Store = app.store
@@ -152,17 +154,21 @@ class Worker:
     def _open_session(self) -> None:
         backoff = 0.1
         while not self._halt.is_set():
+            sent = time.monotonic()
             try:
-                self.session = self.store.session_open(
+                session = self.store.session_open(
                     name=self.name,
                     host=socket.gethostname(),
                     pid=os.getpid(),
                     queues=self.queues,
                     expiry=self.settings.session_expiry,
                 )
-                self._last_beat = time.monotonic()
+                # trust starts when the request went out, and before the watchdog can
+                # see the new session
+                self._last_beat = sent
+                self.session = session
                 self.stats["sessions"] += 1
-                log.info("session %s opened", self.session.id)
+                log.info("session %s opened", session.id)
                 return
             except errors.StoreError as exc:
                 log.warning("cannot open a session (%s); retrying in %.1fs", exc, backoff)
@@ -171,7 +177,14 @@ class Worker:
 
     def _start_services(self) -> None:
         hub = self.app.hub
-        hub.every(self.settings.heartbeat_interval, self._beat)
+        # a heartbeat gets half the session expiry (the server's statement_timeout on that
+        # connection): time enough on a slow database, and time left to renew on a fresh
+        # connection when the peer hangs
+        hub.every(
+            self.settings.heartbeat_interval,
+            self._beat,
+            deadline=self.settings.session_expiry / 2,
+        )
         hub.on_work(self.queues, self._wake)
         self._services = [
             threading.Thread(target=self._stream_loop, name="plunder-streamer", daemon=True),
@@ -198,8 +211,33 @@ class Worker:
     def _janitor_store(self) -> Store:
         """The janitor's own connection, open only while it holds the lease."""
         return open_store(
-            self.settings.url, pool_size=1, application_name=f"{self._app_name}:janitor"
+            self.settings.url,
+            pool_size=1,
+            application_name=f"{self._app_name}:janitor",
+            **self._deadline_options,
         )
+
+    @property
+    def _deadline_options(self) -> dict[str, float]:
+        """Deadlines of the worker's own database calls (claims, acknowledgements, streams,
+        the janitor's passes; heartbeats get theirs from the hub): a peer that hangs
+        instead of failing would otherwise hold the calling thread for good. A session
+        expiry is long for a database that still answers, however slowly; past it the
+        session is given up anyway, and with it every call in flight. A connection that
+        takes longer than a session expiry to open is no use either (the driver's minimum
+        is 2 s): after an outage, a connect attempt that started while the database was out
+        of reach must not hold up the recovery for long.
+
+        And on the server's side: a transaction of this worker left idle (its worker hung
+        or cut off in the middle of it) is ended after a session expiry, so that its row
+        locks do not outlive the session and block the rescue of its jobs. A task's own
+        ``ctx.transaction()`` must not sit idle that long either."""
+        expiry = self.settings.session_expiry
+        return {
+            "call_timeout": expiry,
+            "connect_timeout": max(2.0, expiry),
+            "idle_timeout": expiry,
+        }
 
     def _wake(self) -> None:
         """From the hub thread: work may have appeared in one of our queues."""
@@ -568,10 +606,25 @@ class Worker:
 
     def _watchdog_loop(self) -> None:
         """Trust in the session ends ``session_expiry`` after the last renewal was sent, by
-        this process's monotonic clock, even if the heartbeat call itself hangs."""
-        while not self._services_stop.wait(self.settings.heartbeat_interval / 2):
-            silent = time.monotonic() - self._last_beat
-            if not self._session_lost.is_set() and silent > self.settings.session_expiry:
+        this process's monotonic clock, even if the heartbeat call itself hangs.
+
+        Two heartbeat intervals without a renewal are already news, said once: a database
+        that hangs gives no error to log, and its calls are only cut at their deadlines."""
+        interval = self.settings.heartbeat_interval
+        warned = None  # the renewal after which we said so
+        while not self._services_stop.wait(interval / 2):
+            last = self._last_beat
+            silent = time.monotonic() - last
+            trusted = self.session is not None and not self._session_lost.is_set()
+            if trusted and warned != last and 2 * interval < silent <= self.settings.session_expiry:
+                warned = last
+                log.warning(
+                    "database slow or unreachable: no heartbeat renewal for %.1fs "
+                    "(one is due every %.1fs)",
+                    silent,
+                    interval,
+                )
+            if trusted and silent > self.settings.session_expiry:
                 log.error(
                     "no heartbeat renewal for %.1fs (expiry %.1fs): assuming the session is gone",
                     silent,
@@ -580,12 +633,17 @@ class Worker:
                 self._lose_session()
 
     def _lose_session(self) -> None:
-        """From the heartbeat thread: stop every task now, then wake the main loop."""
+        """From the heartbeat thread: stop every task now, give up every database call in
+        flight (the main loop's, the tasks' own transactions: all of them would be refused
+        now, and one stuck on a hung peer would never come back), then wake the main loop."""
         self._session_lost.set()
         with self._lock:
             handles = list(self._running.values())
         for handle in handles:
             self._stop_job(handle, "the worker's session was lost")
+        cut = self.store.calls_cut("the worker's session was lost")
+        if cut:
+            log.warning("gave up %d database calls in flight", cut)
         self._outcomes.put(_Stop())
 
     def _renew_session(self) -> None:
@@ -604,10 +662,14 @@ class Worker:
             len(handles),
             dropped,
         )
+        # no session until a new one is open: the heartbeat and the watchdog leave a
+        # worker alone while it reconnects, or a slow reconnect (a database still out of
+        # reach) would be judged a second loss and the fresh session thrown away at once
+        lost, self.session = self.session, None
         self._session_lost.clear()
-        if self.session is not None:
+        if lost is not None:
             try:  # if the database still thinks it lives, release its claims at once
-                self.store.session_close(self.session.id, lost=True)
+                self.store.session_close(lost.id, lost=True)
             except errors.StoreError as exc:
                 log.warning("could not close the lost session (it will expire): %s", exc)
         self._open_session()

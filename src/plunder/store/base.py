@@ -54,6 +54,13 @@ class Notifications(Protocol):
         """The dedicated connection (autocommit), reconnected if it was lost."""
         ...
 
+    def connection_for(self, timeout: float | None) -> AbstractContextManager[Any]:
+        """The dedicated connection for one call that must end within ``timeout`` seconds
+        (None: no deadline): past that the connection is cut (where the driver can), the
+        call raises :class:`StoreBusy` and the next use reconnects. The store's
+        ``calls_cut()`` ends the call too."""
+        ...
+
     def wait(self, timeout: float) -> list[tuple[str, str]]:
         """Up to ``timeout`` seconds; ``(channel, payload)`` pairs, where ``("*", "")``
         means "something may have changed (or notifications were lost): re-check"."""
@@ -82,6 +89,12 @@ class Store(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    def calls_cut(self, reason: str) -> int:
+        """Cut every database call this store has in flight, wherever it waits (each
+        raises :class:`StoreBusy`); return how many. A no-op where calls cannot hang on a
+        peer (SQLite)."""
+        ...
 
     def now(self) -> datetime:
         """The database clock."""

@@ -25,6 +25,8 @@ def open_store(url: str, **options: Any) -> Store:
             "application_name",
             "statement_timeout",
             "tcp_user_timeout",
+            "call_timeout",
+            "idle_timeout",
         }
         return SqliteStore(url, **{k: v for k, v in options.items() if k not in pg_only})
     if scheme in ("postgresql", "postgres"):

@@ -11,6 +11,11 @@
   transaction mode, and the SQL stays close to what CockroachDB accepts.
 * Serialization failures (40001), deadlocks (40P01) and lost connections retry the whole
   transaction after a fixed, jittered busy interval, up to a bounded total.
+* With ``call_timeout``, a transaction that has no answer after that many seconds (by this
+  process's clock) has its connection cut, and fails like a lost connection: a hung peer
+  never answers and never resets, so nothing else would end the wait (see
+  :mod:`plunder.store.deadlines`). A task's own ``transaction()`` has no deadline, but
+  ``calls_cut()`` ends it like every other call in flight.
 """
 
 from __future__ import annotations
@@ -37,10 +42,31 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     ) from exc
 
 from plunder import errors
+from plunder.store.deadlines import Deadlines
 from plunder.store.sqlbase import Row, SQLStore
 
 log = logging.getLogger("plunder.store")
 RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected, pg_errors.LockNotAvailable)
+
+
+def _socket(conn: psycopg.Connection[Any]) -> int:
+    return int(conn.pgconn.socket)  # OperationalError once the connection is closed
+
+
+@contextmanager
+def _deadline(
+    deadlines: Deadlines, conn: psycopg.Connection[Any], timeout: float | None, url: str
+) -> Iterator[None]:
+    """Run the block as one call on ``conn`` that is cut after ``timeout`` seconds (never,
+    for None: only ``cut_all``); a cut call raises StoreBusy, which is retried on a fresh
+    connection like any lost connection."""
+    with deadlines.watch(conn, timeout) as call:
+        try:
+            yield
+        except (psycopg.Error, errors.StoreBusy) as exc:
+            if call.reason is None:
+                raise
+            raise errors.StoreBusy(f"{url}: {call.reason}; the connection was cut") from exc
 
 
 def redact(url: str) -> str:
@@ -105,12 +131,30 @@ class PgNotifications:
     database without LISTEN), it stops listening and says so; polling carries on alone.
     """
 
-    def __init__(self, conninfo: str, kwargs: dict[str, Any], *, listen: bool) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        kwargs: dict[str, Any],
+        *,
+        listen: bool,
+        deadlines: Deadlines,
+        url: str,
+    ) -> None:
         self._conninfo = conninfo
         self._kwargs = kwargs
         self.listen = listen
         self._conn: psycopg.Connection[Any] | None = None
         self._fresh = False
+        self._deadlines = deadlines
+        self._url = url
+
+    @contextmanager
+    def connection_for(self, timeout: float | None) -> Iterator[psycopg.Connection[Any]]:
+        """The connection, for one call that must end within ``timeout`` seconds: past
+        that it is cut (the call raises StoreBusy) and the next use reconnects."""
+        conn = self.connection
+        with _deadline(self._deadlines, conn, timeout, self._url):
+            yield conn
 
     @property
     def connection(self) -> psycopg.Connection[Any]:
@@ -129,9 +173,18 @@ class PgNotifications:
         self._conn = conn
         self._fresh = True
         if self.listen:
-            for channel in CHANNELS:
-                conn.execute(f"LISTEN {channel}")
-            if not self._probe(conn):
+            try:  # a peer that hangs right after connecting must not hang us here
+                with _deadline(self._deadlines, conn, self._kwargs["connect_timeout"], self._url):
+                    for channel in CHANNELS:
+                        conn.execute(f"LISTEN {channel}")
+                    probed = self._probe(conn)
+            except psycopg.Error as exc:
+                self.close()
+                raise errors.StoreBusy(f"cannot LISTEN on the new connection: {exc}") from exc
+            except errors.StoreBusy:
+                self.close()
+                raise
+            if not probed:
                 log.warning(
                     "LISTEN/NOTIFY does not come back on this connection (a "
                     "transaction-mode pooler?); falling back to polling only"
@@ -194,9 +247,14 @@ class PostgresStore(SQLStore):
         application_name: str = "plunder",
         statement_timeout: float | None = None,
         tcp_user_timeout: float = 10.0,
+        call_timeout: float | None = None,
+        idle_timeout: float | None = None,
         **options: Any,
     ) -> None:
         super().__init__(**options)
+        self._call_timeout = call_timeout
+        self._idle_timeout = idle_timeout
+        self._deadlines = Deadlines(_socket)
         self._statement_timeout = statement_timeout
         self._tcp_user_timeout = tcp_user_timeout
         self.url = redact(url)
@@ -236,33 +294,74 @@ class PostgresStore(SQLStore):
             # a peer that stops acknowledging is dropped after this, instead
             # of hanging a call for the kernel's ~15 minutes
             "tcp_user_timeout": int(self._tcp_user_timeout * 1000),
-            **self._timeout_option(),
+            **self._server_options(self._statement_timeout),
         }
 
     def notifications(
         self, *, listen: bool, application_name: str, statement_timeout: float | None = None
     ) -> PgNotifications:
         """A dedicated connection for wake-ups (and the owner's heartbeats)."""
-        kwargs = {**self._connection_kwargs(), "application_name": application_name}
-        if statement_timeout is not None:
-            kwargs["options"] = f"-c statement_timeout={int(statement_timeout * 1000)}"
-        return PgNotifications(self._conninfo, kwargs, listen=listen)
+        kwargs = {
+            **self._connection_kwargs(),
+            "application_name": application_name,
+            **self._server_options(statement_timeout),
+        }
+        return PgNotifications(
+            self._conninfo, kwargs, listen=listen, deadlines=self._deadlines, url=self.url
+        )
 
-    def _timeout_option(self) -> dict[str, str]:
-        if self._statement_timeout is None:
-            return {}
-        return {"options": f"-c statement_timeout={int(self._statement_timeout * 1000)}"}
+    def _server_options(self, statement_timeout: float | None) -> dict[str, str]:
+        """Settings for our backends. ``idle_in_transaction_session_timeout``: when this
+        client hangs or is cut off in the middle of a transaction, the server would hold
+        that transaction, and its row locks (a job, a session, the janitor's lease), for as
+        long as the connection looks alive, which behind a hung peer is forever: nobody
+        could rescue those rows. The server ends such a transaction after this long."""
+        settings = {
+            "statement_timeout": statement_timeout,
+            "idle_in_transaction_session_timeout": self._idle_timeout,
+        }
+        given = [f"-c {name}={int(value * 1000)}" for name, value in settings.items() if value]
+        return {"options": " ".join(given)} if given else {}
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[_Tx]:
-        with self._get_pool().connection() as conn, conn.transaction():
+        # the deadline covers COMMIT, and ends before the connection goes back to the pool
+        with (
+            self._get_pool().connection() as conn,
+            _deadline(self._deadlines, conn, self._call_timeout, self.url),
+            conn.transaction(),
+        ):
             yield _Tx(conn, self.queries)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A task's own write transaction: no deadline (its statements may take as long as
+        they need), but ``calls_cut()`` ends it."""
+        with (
+            self._get_pool().connection() as conn,
+            _deadline(self._deadlines, conn, None, self.url),
+            conn.transaction(),
+        ):
+            yield conn
+
+    def calls_cut(self, reason: str) -> int:
+        """Cut every call in flight on this store's connections (each fails with
+        StoreBusy); how many. For a worker that stopped trusting its session: whatever it
+        still waits for would be refused by the database anyway, and a call stuck on a hung
+        peer would otherwise hold its thread, and its pooled connection, for good."""
+        return self._deadlines.cut_all(reason)
 
     @contextmanager
     def _transaction_on(self, conn: Any) -> Iterator[_Tx]:
         tx = self._joined(conn)
-        with conn.transaction():
-            yield tx
+        try:
+            with conn.transaction():
+                yield tx
+        except psycopg.Error as exc:  # cut by the owner's deadline (connection_for)?
+            reason = self._deadlines.reason_of(conn)
+            if reason is None:
+                raise
+            raise errors.StoreBusy(f"{self.url}: {reason}; the connection was cut") from exc
 
     def _joined(self, conn: Any) -> _Tx:
         if not isinstance(conn, psycopg.Connection):

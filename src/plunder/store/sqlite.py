@@ -187,6 +187,12 @@ class SqliteNotifications:
             self._conn = self._open()
         return self._conn
 
+    @contextmanager
+    def connection_for(self, timeout: float | None) -> Iterator[sqlite3.Connection]:
+        """A local file has no peer that can hang; SQLite's busy timeout bounds the wait
+        for its lock."""
+        yield self.connection
+
     def _data_version(self) -> int:
         return int(self.connection.execute("PRAGMA data_version").fetchone()[0])
 
@@ -344,6 +350,9 @@ class SqliteStore(SQLStore):
 
     def _list_out(self, value: Any) -> list[str]:
         return list(payload.decode(value) or [])
+
+    def calls_cut(self, reason: str) -> int:
+        return 0  # nothing to cut: no network between this process and the file
 
     def close(self) -> None:
         with self._lock:

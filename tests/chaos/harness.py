@@ -160,12 +160,16 @@ class System:
         queues: str = "q1,q2",
         extra: Sequence[str] = (),
         module: str = "plunder",
+        url: str | None = None,
+        prefix: Sequence[str] = (),
     ) -> Proc:
+        """Start a process; ``url`` reaches the database another way than the harness does
+        (a proxy, a network namespace), ``prefix`` wraps the command (``ip netns exec …``)."""
         name = name or f"{role}{len(self.procs)}"
         if role == "enqueuer":
-            args = [sys.executable, "-m", module, *extra]
+            args = [*prefix, sys.executable, "-m", module, *extra]
         else:
-            args = [sys.executable, "-m", module, "--db", self.url, role]
+            args = [*prefix, sys.executable, "-m", module, "--db", url or self.url, role]
             if role == "worker":
                 args += ["-A", "tests.chaos.witness:app", "--name", name, "-q", queues]
                 args += ["-c", str(concurrency)]

@@ -43,6 +43,7 @@ class _Periodic:
     call: Callable[[Any], None]
     deadline: float | None = None
     due: float = field(default_factory=time.monotonic)
+    failures: int = 0  # in a row
 
 
 class Hub:
@@ -147,10 +148,22 @@ class Hub:
             try:
                 with self._notes.connection_for(periodic.deadline) as connection:
                     periodic.call(connection)
-            except errors.StoreError as exc:  # the database is unreachable: one line, no trace
-                log.warning("periodic call %s failed: %s", _name(periodic.call), exc)
+            except errors.StoreError as exc:
+                # the database is out of reach: one line when it starts (not one per call,
+                # nor a traceback), one when it ends
+                if not periodic.failures:
+                    log.warning("periodic call %s failed: %s", _name(periodic.call), exc)
+                periodic.failures += 1
             except Exception:
                 log.exception("periodic call %r failed", periodic.call)
+            else:
+                if periodic.failures:
+                    log.info(
+                        "periodic call %s works again after %d failures",
+                        _name(periodic.call),
+                        periodic.failures,
+                    )
+                periodic.failures = 0
 
     def _dispatch(self, notes: list[tuple[str, str]]) -> None:
         self.wakeups += 1

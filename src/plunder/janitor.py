@@ -156,14 +156,23 @@ class Janitor:
         return Pass(held=True, term=lease.term, reaped=reaped, timed_out=timed_out, pruned=pruned)
 
     def run(self, stop: threading.Event) -> None:
-        """Pass after pass until ``stop`` is set; database trouble is logged and retried."""
+        """Pass after pass until ``stop`` is set; database trouble is retried every
+        interval and logged when it starts and when it ends (a database that is full or
+        down for minutes must not fill the log with one line per pass)."""
+        failures = 0
         while not stop.is_set():
             try:
                 self.run_once()
             except errors.StoreError as exc:
-                log.warning("janitor pass failed: %s", exc)
+                if not failures:
+                    log.warning("janitor pass failed: %s (retrying every pass)", exc)
+                failures += 1
             except Exception:  # keep the janitor alive; say what happened
                 log.exception("janitor pass failed unexpectedly")
+            else:
+                if failures:
+                    log.info("janitor passes work again after %d failures", failures)
+                failures = 0
             stop.wait(self.settings.janitor_interval)
         self.release()
 

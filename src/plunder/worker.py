@@ -154,7 +154,6 @@ class Worker:
     def _open_session(self) -> None:
         backoff = 0.1
         while not self._halt.is_set():
-            sent = time.monotonic()
             try:
                 session = self.store.session_open(
                     name=self.name,
@@ -163,9 +162,7 @@ class Worker:
                     queues=self.queues,
                     expiry=self.settings.session_expiry,
                 )
-                # trust starts when the request went out, and before the watchdog can
-                # see the new session
-                self._last_beat = sent
+                self._last_beat = time.monotonic()  # before the watchdog sees the session
                 self.session = session
                 self.stats["sessions"] += 1
                 log.info("session %s opened", session.id)

@@ -69,6 +69,12 @@ def _deadline(
             raise errors.StoreBusy(f"{url}: {call.reason}; the connection was cut") from exc
 
 
+def _first_line(exc: BaseException) -> str:
+    """libpq's messages go on with hints on further lines; a log line needs the first."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def redact(url: str) -> str:
     """The URL without its password, for messages and ``store.url``."""
     parts = urlsplit(url)
@@ -117,6 +123,7 @@ class _Tx:
         self.conn.execute(sql.encode("utf-8"))
 
 
+RECONNECT_WINDOW = 5.0  # seconds the pool retries a lost connection before starting over
 CHANNELS = ("plunder_enqueued", "plunder_done", "plunder_stream")  # fixed names, never input
 PROBE_CHANNEL = "plunder_probe"
 
@@ -147,6 +154,7 @@ class PgNotifications:
         self._fresh = False
         self._deadlines = deadlines
         self._url = url
+        self._down_since: float | None = None  # when reconnecting began to fail
 
     @contextmanager
     def connection_for(self, timeout: float | None) -> Iterator[psycopg.Connection[Any]]:
@@ -169,7 +177,22 @@ class PgNotifications:
         try:
             conn = psycopg.connect(self._conninfo, **self._kwargs)
         except psycopg.Error as exc:
-            raise errors.StoreBusy(f"cannot open the listening connection: {exc}") from exc
+            reason = _first_line(exc)
+            # tried again at every wait and every heartbeat, so said once per outage: a
+            # database that is down for a minute must not fill the log
+            if self._down_since is None:
+                self._down_since = time.monotonic()
+                log.warning(
+                    "cannot open the listening connection (%s); trying again until it works",
+                    reason,
+                )
+            raise errors.StoreBusy(f"cannot open the listening connection: {reason}") from exc
+        if self._down_since is not None:
+            log.info(
+                "listening connection open again after %.1fs",
+                time.monotonic() - self._down_since,
+            )
+            self._down_since = None
         self._conn = conn
         self._fresh = True
         if self.listen:
@@ -223,8 +246,8 @@ class PgNotifications:
             self.close()
             time.sleep(min(timeout, 0.5))
             return []
-        except errors.StoreBusy as exc:
-            log.warning("%s", exc)
+        except errors.StoreBusy as exc:  # _connect said so, once per outage
+            log.debug("%s", exc)
             time.sleep(min(timeout, 0.5))
             return []
 
@@ -277,6 +300,12 @@ class PostgresStore(SQLStore):
                     max_size=self._pool_size,
                     open=True,
                     timeout=self._connect_timeout,
+                    # psycopg_pool retries a lost connection with a delay that doubles for
+                    # as long as this (default 5 min), so after an outage of a minute the
+                    # next try could be half a minute away. Give up after a few seconds
+                    # instead: the next call that needs a connection starts a fresh try at
+                    # once, so tries stay a couple of seconds apart however long it lasts.
+                    reconnect_timeout=RECONNECT_WINDOW,
                     name="plunder",
                     kwargs=self._connection_kwargs(),
                 )

@@ -35,6 +35,8 @@ from tests.chaos.checker import Observation, Op
 from tests.chaos.witness import EFFECTS_DDL
 
 ROOT = Path(__file__).resolve().parents[2]
+# errors that say the enqueue surely did not happen (a full disk rolls the insert back)
+REFUSED = (errors.PayloadError, errors.InvalidName, errors.StoreFull, ValueError)
 SEED = int(os.environ.get("PLUNDER_CHAOS_SEED", "0")) or random.randrange(1, 2**31)
 
 
@@ -342,9 +344,13 @@ class System:
                 ops.append(Op("enqueue", uid, kind, entry["t"], entry["error"]))
         return ops
 
-    def producer(self, name: str, count: int, rate: float) -> Proc:
-        args = [self.url, str(self.folder), name, str(count), str(rate)]
-        return self.start("enqueuer", name=name, module="tests.chaos.enqueuer", extra=args)
+    def producer(
+        self, name: str, count: int, rate: float, *, pad: int = 0, prefix: Sequence[str] = ()
+    ) -> Proc:
+        args = [self.url, str(self.folder), name, str(count), str(rate), str(pad)]
+        return self.start(
+            "enqueuer", name=name, module="tests.chaos.enqueuer", extra=args, prefix=prefix
+        )
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name} (pid {p.pid})\n{p.output()}" for p in self.procs)
@@ -356,7 +362,7 @@ class System:
         self._record("invoke", uids)
         try:
             jobs = self.store.job_enqueue_many(list(specs))
-        except (errors.PayloadError, errors.InvalidName, ValueError) as exc:
+        except REFUSED as exc:
             self._record("fail", uids, exc)
             raise
         except Exception as exc:
@@ -382,7 +388,7 @@ class System:
                     self._record("invoke", [uid])
                     try:
                         store.job_enqueue_many([spec])
-                    except (errors.PayloadError, errors.InvalidName, ValueError) as exc:
+                    except REFUSED as exc:
                         self._record("fail", [uid], exc)
                     except Exception as exc:  # unknown outcome: recorded as info
                         self._record("info", [uid], exc)

@@ -5,14 +5,24 @@ PostgreSQL (S15, root for the tmpfs mounts)."""
 
 from __future__ import annotations
 
+import base64
+import os
 import re
+import secrets
+import sqlite3
+import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, suppress
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+import psycopg
 import pytest
 
-from plunder import worker
+from plunder import errors, pgcluster, worker
 from plunder.model import Run
 from plunder.states import Outcome
 from tests.chaos.chaosproxy import ChaosProxy
@@ -187,3 +197,371 @@ def r_db(timing: Timing) -> float:
     attempt that started while the database was out of reach has to give up first."""
     connect = max(2.0, timing.expiry)
     return worker.RECONNECT_CAP + timing.poll + 2.0 + connect
+
+
+# -- the machine: tmpfs mounts, leftovers of crashed runs ------------------------------
+
+MOUNT_PREFIX = "/tmp/plunder-chaos-"  # + <pid of the test process>-<random>
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+
+
+def _must(*args: str) -> str:
+    done = _run(*args)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def stale_mounts() -> list[str]:
+    """tmpfs mounts of ours whose test process is gone (a crashed or killed run)."""
+    out = []
+    for line in Path("/proc/mounts").read_text().splitlines():
+        point = line.split()[1]
+        found = re.match(re.escape(MOUNT_PREFIX) + r"(\d+)-", point)
+        if found and not _alive(int(found.group(1))):
+            out.append(point)
+    return out
+
+
+def clean_stale_mounts() -> list[str]:
+    gone = stale_mounts()
+    for point in gone:
+        _run("umount", "-l", point)
+        with suppress(OSError):
+            os.rmdir(point)
+    return gone
+
+
+def tmpfs(undo: ExitStack, size_bytes: int, owner: str | None = None) -> Path:
+    """Mount a tmpfs of ``size_bytes`` at a fresh directory; ``undo`` unmounts it (lazily:
+    a process that still holds a file there cannot keep it mounted) and removes it."""
+    point = Path(f"{MOUNT_PREFIX}{os.getpid()}-{secrets.token_hex(4)}")
+    point.mkdir(mode=0o700)
+    undo.callback(point.rmdir)
+    _must("mount", "-t", "tmpfs", "-o", f"size={size_bytes},mode=0700", "tmpfs", str(point))
+    undo.callback(_run, "umount", "-l", str(point))
+    if owner:
+        _must("chown", owner, str(point))
+    return point
+
+
+def grow(point: Path, size_bytes: int) -> None:
+    _must("mount", "-o", f"remount,size={size_bytes}", str(point))
+
+
+@pytest.fixture
+def no_leftovers() -> Iterator[None]:
+    """A crashed run may have left a mount behind: remove it, and say so."""
+    gone = clean_stale_mounts()
+    if gone:
+        print(f"removed leftovers of a crashed run: {gone}")
+    yield
+    assert not [p for p in stale_mounts()], "a mount outlived its test"
+
+
+# -- S15: disk full --------------------------------------------------------------------
+
+FULL_TIMING = Timing(heartbeat=0.5, expiry=2.5, janitor=0.25, poll=0.25)
+FULL_WINDOW = 30.0  # seconds the workers keep running on a full disk
+
+
+def ballast(size: int) -> str:
+    """Text that does not compress (PostgreSQL compresses large values)."""
+    return base64.b64encode(os.urandom(size * 3 // 4)).decode()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its waited-for children."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Usage:
+    """CPU (cores) and log lines per second of each worker over a window."""
+
+    cores: dict[str, float]
+    lines: dict[str, float]
+
+    @classmethod
+    def measure(cls, procs: list[Proc], seconds: float, during: threading.Event) -> Usage:
+        live = [p for p in procs if p.alive]
+        cpu = {p.name: cpu_seconds(p.pid) for p in live}
+        lines = {p.name: len(p.output().splitlines()) for p in live}
+        started = time.monotonic()
+        during.wait(seconds)
+        took = time.monotonic() - started
+        return cls(
+            cores={p.name: (cpu_seconds(p.pid) - cpu[p.name]) / took for p in live},
+            lines={p.name: (len(p.output().splitlines()) - lines[p.name]) / took for p in live},
+        )
+
+
+def fill(system: System, pad: int, *, limit: int = 400) -> int:
+    """Enqueue padded jobs until three in a row are refused as storage full; how many were
+    stored on the way."""
+    stored = refused = 0
+    for _ in range(limit):
+        try:
+            system.enqueue([witness(sleep_ms=50, pad=ballast(pad), max_attempts=5)])
+        except errors.StoreFull:
+            refused += 1
+            if refused == 3:
+                return stored
+            continue
+        stored += 1
+        refused = 0
+    raise AssertionError(f"the disk never filled: {stored} padded jobs stored")
+
+
+def enqueue_errors(system: System, since: float) -> list[str]:
+    return [
+        op.error or "" for op in system.history if op.t >= since and op.type in ("fail", "info")
+    ]
+
+
+def full_load(system: System, pad: int) -> threading.Thread:
+    """Producers go on while the disk is full: every enqueue is ok or StoreFull."""
+    return system.load(
+        rate=4,
+        make=lambda i: witness(sleep_ms=50, pad=ballast(pad) if i % 2 else "", max_attempts=5),
+        count=int(FULL_WINDOW * 4),
+    )
+
+
+def recovered(system: System, since_db: datetime) -> float:
+    """Seconds from ``since_db`` until the first job enqueued after it succeeded."""
+    system.enqueue([witness(sleep_ms=50) for _ in range(8)])
+    system.wait_terminal(timeout=90)
+    finished = [
+        job.finished_at
+        for job in system.jobs()
+        if job.finished_at is not None and job.created_at > since_db
+    ]
+    return (min(finished) - since_db).total_seconds()
+
+
+def summary_full(
+    backend: str, obs_jobs: int, violations: int, recovery: float, **measured: object
+) -> str:
+    extra = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in measured.items())
+    return (
+        f"S15 {backend}: {obs_jobs} jobs, 1 faults injected, {violations} invariant violations, "
+        f"recovery {recovery:.2f}s; {extra}"
+    )
+
+
+@pytest.mark.needs_root
+def test_s15_disk_full_sqlite(tmp_path: Path, no_leftovers: None) -> None:
+    """SQLite on a 4 MB tmpfs: filled with padded jobs until SQLITE_FULL, workers running on
+    the full disk for 30 s, then the tmpfs grows and everything finishes."""
+    with ExitStack() as undo:
+        point = tmpfs(undo, 4 << 20)
+        system = System(f"sqlite:///{point / 'plunder.db'}", tmp_path, FULL_TIMING)
+        undo.callback(system.close)  # processes end before the unmount
+        system.sample()
+        procs = system.workers(2, concurrency=2)
+        system.enqueue([witness(sleep_ms=50) for _ in range(8)])
+        stored = fill(system, 150_000)
+        window = time.monotonic()
+        loader = full_load(system, 150_000)
+        usage = Usage.measure(procs, FULL_WINDOW, threading.Event())
+        loader.join(timeout=30)
+        refused = enqueue_errors(system, window)
+        grown_db = system.store.now()
+        grow(point, 64 << 20)
+        recovery = recovered(system, grown_db)
+        obs = system.observe()
+        report = check(obs)
+        with sqlite3.connect(point / "plunder.db") as conn:
+            integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
+        print(report.summary())
+        print(
+            summary_full(
+                "sqlite",
+                len(obs.jobs),
+                sum(len(v) for v in report.violations.values()),
+                recovery,
+                padded_jobs_stored=stored,
+                enqueues_refused_while_full=len(refused),
+                worker_cpu_max=f"{max(usage.cores.values()):.2f} cores",
+                log_lines_max=f"{max(usage.lines.values()):.1f}/s",
+            )
+        )
+        full = [e for e in refused if e.startswith("StoreFull") and "full" in e]
+        assert full, f"no enqueue was refused as full during the window: {refused[:3]}"
+        assert len(full) == len(refused), [e for e in refused if e not in full][:3]
+        assert max(usage.cores.values()) < 1.0, usage
+        assert max(usage.lines.values()) < 10, usage
+        assert integrity == "ok"
+        assert all(p.alive for p in procs)
+        assert recovery <= r_db(system.timing), recovery
+        assert report.ok, report.summary() + system.logs()[-5000:]
+
+
+def test_s15_file_size_limit_sqlite(tmp_path: Path) -> None:
+    """The non-root variant: one producer runs under ``prlimit --fsize``, so its writes past
+    the limit fail with EFBIG (SQLITE_IOERR_WRITE, CPython ignores SIGXFSZ). Its enqueues
+    must be refused as storage full, the other processes go on, nothing is lost."""
+    system = System(f"sqlite:///{tmp_path / 'plunder.db'}", tmp_path, FULL_TIMING)
+    try:
+        system.sample()
+        procs = system.workers(2, concurrency=2)
+        files = [tmp_path / name for name in ("plunder.db", "plunder.db-wal")]
+        limit = sum(f.stat().st_size for f in files if f.exists()) + (512 << 10)
+        limited = system.producer(
+            "limited", count=40, rate=20, pad=100_000, prefix=["prlimit", f"--fsize={limit}"]
+        )
+        system.wait(lambda: not limited.alive, timeout=60, what="the limited producer")
+        fault_over = system.store.now()
+        free = system.producer("free", count=20, rate=20)
+        system.wait(lambda: not free.alive, timeout=30, what="the free producer")
+        system.wait_terminal(timeout=60)
+        obs = system.observe()
+        mine = [op for op in obs.history if op.uid.startswith("limited-")]
+        refused = [op for op in mine if op.type != "ok"]
+        finished = [
+            j.finished_at for j in obs.jobs.values() if j.finished_at and j.created_at > fault_over
+        ]
+        recovery = (min(finished) - fault_over).total_seconds()
+        report = check(obs)
+        print(report.summary())
+        print(
+            summary_full(
+                "sqlite (prlimit --fsize)",
+                len(obs.jobs),
+                sum(len(v) for v in report.violations.values()),
+                recovery,
+                enqueues_refused=f"{len(refused)} of {len(mine)}",
+                errors=sorted({(op.error or "").split(":", 1)[0] for op in refused}),
+            )
+        )
+        assert limited.popen.returncode == 0, limited.output()[-3000:]
+        assert refused, "the producer never reached its file size limit"
+        assert all(op.type == "fail" for op in refused), refused[:3]
+        assert all("StoreFull" in (op.error or "") for op in refused), refused[:3]
+        assert any("disk I/O error" in (op.error or "") for op in refused), refused[:3]
+        assert all(p.alive for p in procs)
+        assert report.ok, report.summary() + system.logs()[-5000:]
+    finally:
+        system.close()
+
+
+def pg_running(cluster: pgcluster.Cluster) -> bool:
+    done = subprocess.run(
+        cluster._cmd(str(cluster.bindir / "pg_ctl"), "-D", str(cluster.datadir), "status"),
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+@pytest.fixture
+def full_cluster(no_leftovers: None) -> Iterator[tuple[pgcluster.Cluster, Path]]:
+    """A cluster of its own whose data directory is a tmpfs of its current size plus
+    40 MB; durable settings (fsync and synchronous commit on), since this test crashes it."""
+    cluster = pgcluster.create({})
+    try:
+        with ExitStack() as undo:
+            cluster.stop("fast")
+            used = int(_must("du", "-sb", str(cluster.datadir)).split()[0])
+            point = tmpfs(undo, used + (40 << 20), owner=cluster.user)
+            _must("cp", "-a", f"{cluster.datadir}/.", str(point))
+            _must("rm", "-rf", str(cluster.datadir))
+            cluster.datadir.symlink_to(point)
+            undo.callback(lambda: pg_running(cluster) and cluster.stop("immediate"))
+            cluster.start()
+            with psycopg.connect(cluster.url(), autocommit=True) as conn:
+                conn.execute("CREATE DATABASE chaos")
+            yield cluster, point
+    finally:
+        cluster.destroy()
+
+
+def exhaust_wal(cluster: pgcluster.Cluster) -> bool:
+    """Write WAL (1 MB logical messages, which need no table space) until the server has
+    to start a new WAL segment on the full disk and cannot: a PANIC, as any write workload
+    would meet it sooner or later. True if the server went down."""
+    try:
+        with psycopg.connect(cluster.url("chaos"), autocommit=True, connect_timeout=5) as conn:
+            for _ in range(100):
+                conn.execute("SELECT pg_logical_emit_message(false, 'chaos', repeat('x', 1 << 20))")
+    except psycopg.OperationalError:
+        return True
+    return False
+
+
+@pytest.mark.needs_root
+def test_s15_disk_full_postgres(
+    full_cluster: tuple[pgcluster.Cluster, Path], tmp_path: Path
+) -> None:
+    """PostgreSQL on a tmpfs with 40 MB to spare: filled with padded jobs until inserts are
+    refused (53100), then WAL is written until the server PANICs and shuts itself down;
+    workers run on meanwhile for 30 s; then the tmpfs grows, the server is started again if
+    it stopped, and everything finishes."""
+    cluster, point = full_cluster
+    system = System(cluster.url("chaos"), tmp_path, FULL_TIMING)
+    try:
+        system.sample()
+        procs = system.workers(2, concurrency=2)
+        system.enqueue([witness(sleep_ms=50) for _ in range(8)])
+        system.wait_terminal(timeout=30)
+        stored = fill(system, 700_000)
+        panicked = exhaust_wal(cluster)
+        window = time.monotonic()
+        loader = full_load(system, 700_000)
+        usage = Usage.measure(procs, FULL_WINDOW, threading.Event())
+        refused = enqueue_errors(system, window)
+        down = not pg_running(cluster)
+        grow(point, int(_must("du", "-sb", str(point)).split()[0]) + (400 << 20))
+        if down:
+            cluster.start()
+        grown_db = system.store.now()
+        recovery = recovered(system, grown_db)
+        loader.join(timeout=120)
+        system.wait_terminal(timeout=60)
+        obs = system.observe()
+        report = check(obs)
+        print(report.summary())
+        print(
+            summary_full(
+                "postgres",
+                len(obs.jobs),
+                sum(len(v) for v in report.violations.values()),
+                recovery,
+                padded_jobs_stored=stored,
+                server_panicked=panicked,
+                server_down=down,
+                enqueues_refused_while_full=len(refused),
+                errors=sorted({e.split(":", 1)[0] for e in refused}),
+                worker_cpu_max=f"{max(usage.cores.values()):.2f} cores",
+                log_lines_max=f"{max(usage.lines.values()):.1f}/s",
+            )
+        )
+        assert panicked and down, "the server did not go down: the window was not hit"
+        assert refused, "no enqueue failed during the window"
+        # while the server is down nothing says "full" any more: the outcome is unknown,
+        # and I1 checks that such a job is either absent or processed
+        known = ("StoreFull", "StoreBusy", "StoreUnavailable")
+        assert all(e.startswith(known) for e in refused), refused[:3]
+        assert max(usage.cores.values()) < 1.0, usage
+        assert max(usage.lines.values()) < 10, usage
+        assert all(p.alive for p in procs)
+        assert recovery <= r_db(system.timing), recovery
+        assert report.ok, report.summary() + system.logs()[-5000:]
+    finally:
+        system.close()

@@ -61,6 +61,7 @@ def witness(
     tx_sleep_ms: int = 0,
     hog_ms: int = 0,
     sleep_until: float = 0.0,
+    pad: str = "",  # ballast, to fill a disk
 ) -> dict[str, Any]:
     record("exec", ctx, uid=uid)
     if poison:

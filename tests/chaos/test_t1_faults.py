@@ -565,3 +565,273 @@ def test_s15_disk_full_postgres(
         assert report.ok, report.summary() + system.logs()[-5000:]
     finally:
         system.close()
+
+
+# -- S08: a worker partitioned from PostgreSQL -------------------------------------------
+
+NS_PREFIX, LINK_PREFIX = "plw", "plv"  # + <pid of the test process>
+NFT_TABLE = "plunder_chaos"
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """A network namespace joined to this machine by a veth pair on a private /30; the
+    namespace can reach the host's end of the pair and nothing else."""
+
+    name: str
+    host_link: str
+    host_addr: str
+    ns_addr: str
+
+    def exec(self) -> list[str]:
+        return ["ip", "netns", "exec", self.name]
+
+    def partition(self) -> None:
+        """Drop every packet in and out of the namespace (loopback aside)."""
+        rules = (
+            f"table inet {NFT_TABLE} {{\n"
+            "  chain input { type filter hook input priority 0; policy drop; iif lo accept; }\n"
+            "  chain output { type filter hook output priority 0; policy drop; oif lo accept; }\n"
+            "}\n"
+        )
+        done = subprocess.run(
+            [*self.exec(), "nft", "-f", "-"],
+            input=rules,
+            text=True,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"nft failed: {done.stderr.strip()}")
+
+    def heal(self) -> None:
+        _run(*self.exec(), "nft", "delete", "table", "inet", NFT_TABLE)
+
+
+def _pids_of(names: list[str], prefix: str, suffix: str = "") -> dict[str, int]:
+    pattern = re.compile(rf"^{prefix}(\d+){suffix}$")
+    return {n: int(m.group(1)) for n in names if (m := pattern.match(n))}
+
+
+def stale_network() -> tuple[list[str], list[str]]:
+    """Namespaces and host links of ours whose test process is gone."""
+    spaces = [line.split()[0] for line in _must("ip", "netns", "list").splitlines() if line]
+    links = [line.split()[0].split("@")[0] for line in _must("ip", "-br", "link").splitlines()]
+    return (
+        [n for n, pid in _pids_of(spaces, NS_PREFIX).items() if not _alive(pid)],
+        [n for n, pid in _pids_of(links, LINK_PREFIX, "h").items() if not _alive(pid)],
+    )
+
+
+def free_subnet() -> tuple[str, str]:
+    """Host and namespace addresses in a /30 of 10.239.0.0/16 no interface here uses."""
+    used = set(re.findall(r"inet (10\.239\.\d+\.\d+)/", _must("ip", "-4", "-o", "addr")))
+    start = os.getpid() % (1 << 14)
+    for step in range(1 << 14):
+        block = ((start + step) % (1 << 14)) * 4
+        base = f"10.239.{block >> 8}.{block & 0xFF}"
+        host, ns = (f"10.239.{block >> 8}.{(block & 0xFF) + k}" for k in (1, 2))
+        if not {base, host, ns} & used:
+            return host, ns
+    raise RuntimeError("no free /30 in 10.239.0.0/16")
+
+
+def namespace(undo: ExitStack) -> Namespace:
+    pid = os.getpid()
+    host_addr, ns_addr = free_subnet()
+    ns = Namespace(f"{NS_PREFIX}{pid}", f"{LINK_PREFIX}{pid}h", host_addr, ns_addr)
+    inner = f"{LINK_PREFIX}{pid}n"
+    _must("ip", "netns", "add", ns.name)
+    undo.callback(_run, "ip", "netns", "del", ns.name)  # its nft rules and its end go too
+    _must("ip", "link", "add", ns.host_link, "type", "veth", "peer", "name", inner)
+    undo.callback(_run, "ip", "link", "del", ns.host_link)
+    _must("ip", "link", "set", inner, "netns", ns.name)
+    _must("ip", "addr", "add", f"{host_addr}/30", "dev", ns.host_link)
+    _must("ip", "link", "set", ns.host_link, "up")
+    _must("ip", "-n", ns.name, "addr", "add", f"{ns_addr}/30", "dev", inner)
+    _must("ip", "-n", ns.name, "link", "set", inner, "up")
+    _must("ip", "-n", ns.name, "link", "set", "lo", "up")
+    return ns
+
+
+@pytest.fixture
+def partitioned() -> Iterator[tuple[pgcluster.Cluster, Namespace]]:
+    """A namespace and a cluster of its own that also listens on the host's end of the
+    veth pair and lets the namespace in. The server has no idle or keepalive settings of
+    its own: whatever ends a partitioned worker's transaction, plunder asked for it."""
+    spaces, links = stale_network()
+    for name in spaces:
+        _run("ip", "netns", "del", name)
+    for name in links:
+        _run("ip", "link", "del", name)
+    if spaces or links:
+        print(f"removed leftovers of a crashed run: {spaces + links}")
+    with ExitStack() as undo:
+        ns = namespace(undo)
+        cluster = pgcluster.create({"listen_addresses": f"127.0.0.1,{ns.host_addr}"})
+        undo.callback(cluster.destroy)
+        hba = cluster.datadir / "pg_hba.conf"
+        with hba.open("a") as f:
+            f.write(f"host all all {ns.ns_addr}/32 trust\n")
+        with psycopg.connect(cluster.url(), autocommit=True) as conn:
+            conn.execute("SELECT pg_reload_conf()")
+            conn.execute("CREATE DATABASE chaos")
+        yield cluster, ns
+    assert stale_network() == ([], []), "a namespace or link outlived its test"
+    names = _must("ip", "netns", "list")
+    assert ns.name not in names, names
+
+
+def _partitioned_backends(url: str, app: str) -> list[tuple[str, float]]:
+    """(state, seconds in that state) of the partitioned worker's backends."""
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+        rows = conn.execute(
+            "SELECT state, extract(epoch FROM clock_timestamp() - state_change) "
+            "FROM pg_stat_activity WHERE application_name LIKE %s",
+            (f"{app}%",),
+        ).fetchall()
+    return [(str(r[0]), float(r[1])) for r in rows]
+
+
+def _lock_waits(url: str) -> float:
+    """The longest wait on a lock right now (seconds), 0 if none."""
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+        row = conn.execute(
+            "SELECT max(extract(epoch FROM clock_timestamp() - query_start)) "
+            "FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        ).fetchone()
+    return float(row[0]) if row and row[0] is not None else 0.0
+
+
+@dataclass
+class Watch:
+    """What a side thread saw of the server during the partition."""
+
+    max_lock_wait: float = 0.0
+    idle_in_tx_seen: bool = False
+    idle_in_tx_gone: float | None = None  # seconds after the fault
+
+
+@pytest.mark.needs_root
+def test_s08_worker_partitioned_from_postgres(
+    partitioned: tuple[pgcluster.Cluster, Namespace], tmp_path: Path
+) -> None:
+    """A worker in a network namespace holds claims and an open transaction with its job's
+    row locked when nftables drops all its traffic for 3 session expiries. The server ends
+    the abandoned transaction (plunder's idle_in_transaction_session_timeout), the other
+    worker rescues the jobs, the partitioned worker's late commits are refused after the
+    heal, and it reconnects and works again."""
+    cluster, ns = partitioned
+    system = System(cluster.url("chaos"), tmp_path, FULL_TIMING)
+    timing = system.timing
+    app = "plunder:worker:part"
+    try:
+        system.sample()
+        system.faults.callback(ns.heal)
+        far = cluster.url("chaos").replace("127.0.0.1", ns.host_addr)
+        part = system.start(name="part", concurrency=4, url=far, prefix=ns.exec())
+        session = system.wait(lambda: system.session_of(part), what="the partitioned session")
+        # one job opens its transaction once the other worker is up, locks its row and
+        # stays in it a little less than the idle limit (a session expiry); the others
+        # sleep past the partition and try to commit after the heal
+        long_ms, expiry_ms = int(5 * timing.expiry * 1000), int(timing.expiry * 1000)
+        locked = system.enqueue(
+            [witness(sleep_ms=3000, tx_sleep_ms=int(0.8 * expiry_ms), lock_job=True)]
+        )
+        system.enqueue([witness(sleep_ms=long_ms, max_attempts=5) for _ in range(3)])
+        held = system.wait(
+            lambda: len(got := system.running_on(session.id)) == 4 and got,
+            what="4 claims of the partitioned worker",
+        )
+        healthy = system.start(name="healthy", concurrency=8)
+        system.wait(lambda: system.session_of(healthy), what="the healthy session")
+        system.wait(
+            lambda: any(e["ev"] == "tx_locked" for e in system.execs()),
+            what="the partitioned worker's transaction holding its job's row",
+        )
+        ns.partition()
+        fault = time.monotonic()
+        fault_db = system.store.now()
+        watch = Watch()
+        stop = threading.Event()
+
+        def observe() -> None:
+            while not stop.wait(0.05):
+                with suppress(psycopg.Error):
+                    watch.max_lock_wait = max(watch.max_lock_wait, _lock_waits(system.url))
+                    states = [s for s, _ in _partitioned_backends(system.url, app)]
+                    if "idle in transaction" in states:
+                        watch.idle_in_tx_seen = True
+                    elif watch.idle_in_tx_seen and watch.idle_in_tx_gone is None:
+                        watch.idle_in_tx_gone = time.monotonic() - fault
+
+        watcher = threading.Thread(target=observe, daemon=True)
+        watcher.start()
+
+        def reclaimed() -> list[float]:
+            gaps = []
+            for job in held:
+                runs = {r.attempt: r for r in system.store.job_runs(job.id)}
+                if job.attempt + 1 not in runs:
+                    return []
+                gaps.append((runs[job.attempt + 1].started_at - fault_db).total_seconds())
+            return gaps
+
+        gaps = system.wait(reclaimed, timeout=3 * timing.expiry, what="the jobs claimed again")
+        time.sleep(max(0.0, fault + 3 * timing.expiry - time.monotonic()))
+        heal_db = system.store.now()
+        ns.heal()
+        stop.set()
+        watcher.join(timeout=10)
+
+        def reopened() -> float | None:
+            now = system.session_of(part)
+            if now is None or now.id == session.id:
+                return None
+            return (now.started_at - heal_db).total_seconds()
+
+        recovery = system.wait(reopened, timeout=30, what="a new session after the heal")
+        system.enqueue([witness(sleep_ms=300) for _ in range(16)])
+        system.wait(
+            lambda: any(
+                r.outcome == Outcome.SUCCEEDED and r.started_at > heal_db
+                for r in runs_of(system, "part")
+            ),
+            timeout=30,
+            what="the partitioned worker to complete a job after the heal",
+        )
+        system.wait_terminal(timeout=60)
+        late = {(job.id, job.attempt) for job in held if job.id != locked[0].id}
+        system.wait(
+            lambda: late <= settled(system, part.pid),
+            timeout=30,
+            what="the late commits of the partitioned worker",
+        )
+        obs = system.observe()
+        refused = [
+            e
+            for e in obs.events("commit_stale")
+            if e["pid"] == part.pid and (e["job"], e["attempt"]) in late
+        ]
+        report = check(obs)
+        print(report.summary())
+        released = watch.idle_in_tx_gone
+        print(
+            f"S08 postgres: {len(obs.jobs)} jobs, 1 faults injected, "
+            f"{sum(len(v) for v in report.violations.values())} invariant violations, "
+            f"recovery {recovery:.2f}s; open transaction ended by the server after "
+            f"{released if released is None else round(released, 2)}s, longest lock wait "
+            f"{watch.max_lock_wait:.2f}s, claimed again after {min(gaps):.2f}-{max(gaps):.2f}s, "
+            f"{len(refused)} late commits refused"
+        )
+        assert watch.idle_in_tx_seen, "no open transaction of the partitioned worker was seen"
+        # the server ends it a session expiry after it went idle (plus the watcher's look)
+        assert released is not None and released <= timing.expiry + 1.0, released
+        assert max(gaps) <= timing.r_worker + timing.expiry, gaps
+        assert refused, "no late commit of the partitioned worker was tried and refused"
+        assert recovery <= r_db(timing), recovery
+        assert part.alive
+        assert report.ok, report.summary() + system.logs()[-5000:]
+    finally:
+        system.close()

@@ -62,6 +62,7 @@ def witness(
     hog_ms: int = 0,
     sleep_until: float = 0.0,
     pad: str = "",  # ballast, to fill a disk
+    lock_job: bool = False,  # hold the job's row lock for the whole transaction
 ) -> dict[str, Any]:
     record("exec", ctx, uid=uid)
     if poison:
@@ -76,12 +77,10 @@ def witness(
     if ctx.attempt <= fail_times:
         raise RuntimeError(f"witness {uid} fails attempt {ctx.attempt} on purpose")
     result = {"uid": uid, "attempt": ctx.attempt, "session": ctx.claim.session_id}
-    mark = "?" if app.url.startswith("sqlite") else "%s"
-    sql = f"INSERT INTO chaos_effects VALUES ({mark}, {mark}, {mark}, {mark}, {mark})"
     record("commit_try", ctx, uid=uid)
     try:
         with ctx.transaction(result=result) as conn:
-            conn.execute(sql, (uid, ctx.job_id, ctx.attempt, ctx.claim.session_id, os.getpid()))
+            _effects(ctx, conn, uid, lock_job)
             if tx_sleep_ms:
                 time.sleep(tx_sleep_ms / 1000)
             if kill_point == "after_effects_before_return" and first:
@@ -96,6 +95,17 @@ def witness(
     if kill_point == "after_commit" and first:
         _die(ctx, kill_point)
     return result
+
+
+def _effects(ctx: plunder.Context, conn: Any, uid: str, lock_job: bool) -> None:
+    """The task's own writes in its completion transaction: the effects row and, when
+    asked (PostgreSQL), a lock on the job's own row, as a task's write to it would take."""
+    mark = "?" if app.url.startswith("sqlite") else "%s"
+    sql = f"INSERT INTO chaos_effects VALUES ({mark}, {mark}, {mark}, {mark}, {mark})"
+    conn.execute(sql, (uid, ctx.job_id, ctx.attempt, ctx.claim.session_id, os.getpid()))
+    if lock_job:
+        conn.execute(f"SELECT id FROM plunder_jobs WHERE id = {mark} FOR UPDATE", (ctx.job_id,))
+        record("tx_locked", ctx, uid=uid)
 
 
 def hog(ms: int) -> float:

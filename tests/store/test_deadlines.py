@@ -1,0 +1,118 @@
+"""A PostgreSQL store's own deadlines, through a proxy that can hang (the kernel still
+ACKs, so neither keepalives nor tcp_user_timeout would ever end the wait): a call is cut at
+``call_timeout``, the listening connection at the deadline its owner gives, and
+``calls_cut()`` ends a task's own transaction. ``idle_timeout`` reaches the server. SQLite
+has no peer that can hang: nothing to cut."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from plunder import errors
+from plunder.store import Store, open_store
+from tests.chaos.chaosproxy import ChaosProxy
+
+POSTGRES = pytest.mark.parametrize("backend", ["postgres"])
+
+
+@pytest.fixture
+def proxy(store_url: str) -> Iterator[ChaosProxy]:
+    host, port = store_url.split("@", 1)[1].split("/", 1)[0].rsplit(":", 1)
+    with ChaosProxy(host, int(port)) as running:
+        yield running
+
+
+@POSTGRES
+def test_a_call_on_a_hung_peer_is_cut_at_its_deadline(store_url: str, proxy: ChaosProxy) -> None:
+    store = open_store(proxy.url_for(store_url), call_timeout=0.5, busy_total=0.0)
+    try:
+        store.now()  # connected
+        proxy.mode = "blackhole"
+        started = time.monotonic()
+        with pytest.raises(errors.StoreBusy, match=r"no answer within 0.5s"):
+            store.now()
+        assert time.monotonic() - started < 3.0
+    finally:
+        proxy.mode = "pass"
+        store.close()
+
+
+@POSTGRES
+def test_the_listening_connection_is_cut_at_its_owners_deadline(
+    store_url: str, proxy: ChaosProxy
+) -> None:
+    store = open_store(proxy.url_for(store_url))
+    notes = store.notifications(listen=True, application_name="plunder:test:listen")
+    try:
+        with notes.connection_for(0.5) as conn:
+            conn.execute("SELECT 1")
+        proxy.mode = "blackhole"
+        started = time.monotonic()
+        with (
+            pytest.raises(errors.StoreBusy, match=r"no answer within 0.5s"),
+            notes.connection_for(0.5) as conn,
+        ):
+            store.session_heartbeat("no-such-session", conn=conn)
+        assert time.monotonic() - started < 3.0
+        proxy.mode = "pass"
+        with notes.connection_for(0.5) as conn:  # reconnected
+            assert conn.execute("SELECT 2").fetchone() == (2,)
+    finally:
+        proxy.mode = "pass"
+        notes.close()
+        store.close()
+
+
+@POSTGRES
+def test_calls_cut_ends_a_tasks_own_transaction(store_url: str) -> None:
+    store = open_store(store_url)
+    outcome: list[BaseException] = []
+    inside = threading.Event()
+
+    def task() -> None:
+        try:
+            with store.transaction() as conn:
+                inside.set()
+                conn.execute("SELECT pg_sleep(30)")
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=task)
+    try:
+        thread.start()
+        assert inside.wait(10)
+        time.sleep(0.2)  # into pg_sleep
+        assert store.calls_cut("the session was lost") == 1
+        thread.join(timeout=5)
+        assert not thread.is_alive()
+        assert outcome and isinstance(outcome[0], errors.StoreBusy), outcome
+        assert "the session was lost" in str(outcome[0])
+        assert store.now()  # the pool goes on with a fresh connection
+    finally:
+        store.close()
+
+
+@POSTGRES
+def test_idle_timeout_reaches_the_server(store_url: str) -> None:
+    store = open_store(store_url, idle_timeout=1.5)
+    try:
+        with store.transaction() as conn:
+            row = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+        assert row == ("1500ms",)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_sqlite_has_nothing_to_cut(store: Store) -> None:
+    notes = store.notifications(listen=False, application_name="unused")
+    try:
+        with notes.connection_for(0.1) as conn:
+            assert conn.execute("SELECT 1").fetchone()[0] == 1
+        assert store.calls_cut("nothing") == 0
+    finally:
+        notes.close()

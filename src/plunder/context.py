@@ -170,7 +170,7 @@ class Context(JobIdentity):
         no longer current the block's writes are rolled back and :class:`StaleClaim` is
         raised. Put the block at the end of the task: an exception after it cannot
         un-acknowledge the job. On PostgreSQL a worker's transaction that sits idle (no
-        statement running) for longer than the session expiry is ended by the server, so
+        statement running) for longer than two session expiries is ended by the server, so
         that a worker cut off in the middle of it cannot hold its locks for good.
         """
         if self.acknowledged:

@@ -218,22 +218,23 @@ class Worker:
     def _deadline_options(self) -> dict[str, float]:
         """Deadlines of the worker's own database calls (claims, acknowledgements, streams,
         the janitor's passes; heartbeats get theirs from the hub): a peer that hangs
-        instead of failing would otherwise hold the calling thread for good. A session
-        expiry is long for a database that still answers, however slowly; past it the
-        session is given up anyway, and with it every call in flight. A connection that
-        takes longer than a session expiry to open is no use either (the driver's minimum
-        is 2 s): after an outage, a connect attempt that started while the database was out
-        of reach must not hold up the recovery for long.
+        instead of failing would otherwise hold the calling thread for good. Two session
+        expiries are long for a database that still answers, however slowly (a session
+        lost meanwhile cuts every call in flight anyway). A connection that takes longer
+        than a session expiry to open is no use (the driver's minimum is 2 s): after an
+        outage, a connect attempt that started while the database was out of reach must
+        not hold up the recovery for long.
 
-        And on the server's side: a transaction of this worker left idle (its worker hung
-        or cut off in the middle of it) is ended after a session expiry, so that its row
-        locks do not outlive the session and block the rescue of its jobs. A task's own
-        ``ctx.transaction()`` must not sit idle that long either."""
+        On the server's side, a transaction of this worker left idle for two session
+        expiries (its worker hung, or cut off in the middle of it) is ended, so that its
+        row locks cannot keep its jobs from being rescued for good; RELIABILITY.md
+        recommends the same for the server (10 s with the default 5 s expiry). A task's
+        own ``ctx.transaction()`` must not sit idle that long either."""
         expiry = self.settings.session_expiry
         return {
-            "call_timeout": expiry,
+            "call_timeout": 2 * expiry,
             "connect_timeout": max(2.0, expiry),
-            "idle_timeout": expiry,
+            "idle_timeout": 2 * expiry,
         }
 
     def _wake(self) -> None:

@@ -99,6 +99,9 @@ def test_s09_hung_database_peer(slow_system: System) -> None:
         proxy.mode = "blackhole"
         wall_fault = time.time()
         fault_db = system.store.now()  # after the switch: nothing of the hung worker passes
+        # a transaction caught open keeps its row locks until the server's idle limit
+        states = [state for state, _ in backends_of(system.url, "plunder:worker:hung")]
+        caught_open = any(state != "idle" for state in states)
         system.enqueue([witness(sleep_ms=100) for _ in range(8)])  # the others go on (I13)
         noticed = system.wait(
             lambda: first(log_times(hung, NOTICED), wall_fault),
@@ -166,7 +169,8 @@ def test_s09_hung_database_peer(slow_system: System) -> None:
             f"{sum(len(v) for v in report.violations.values())} invariant violations, "
             f"recovery {recovery:.2f}s; noticed after {notice:.2f}s, {len(during)} claims "
             f"while hung, {len(held)} jobs rescued after {min(released):.2f}-"
-            f"{max(released):.2f}s, {len(refused)} late commits refused, "
+            f"{max(released):.2f}s (a transaction caught open: {caught_open}), "
+            f"{len(refused)} late commits refused, "
             f"{len(healthy_during)} jobs done by the other worker meanwhile, "
             f"{proxy.stats.dropped} bytes dropped"
         )
@@ -175,7 +179,8 @@ def test_s09_hung_database_peer(slow_system: System) -> None:
         # looks every half interval and speaks after two: 2.5 intervals, plus a margin
         assert notice <= 2.5 * timing.heartbeat + 0.5, notice
         assert during == [], during
-        assert max(released) <= timing.r_worker, released
+        idle = 2 * timing.expiry if caught_open else 0.0
+        assert max(released) <= timing.r_worker + idle, (released, states)
         assert healthy_during, "the other worker did nothing during the fault"
         assert refused, "no late commit of the hung worker's tasks was tried and refused"
         assert recovery <= r_db(timing), recovery
@@ -225,15 +230,20 @@ def _must(*args: str) -> str:
     return done.stdout
 
 
-def stale_mounts() -> list[str]:
-    """tmpfs mounts of ours whose test process is gone (a crashed or killed run)."""
-    out = []
+def our_mounts() -> dict[str, int]:
+    """tmpfs mounts of this suite, with the pid of the test process that made each."""
+    out = {}
     for line in Path("/proc/mounts").read_text().splitlines():
         point = line.split()[1]
         found = re.match(re.escape(MOUNT_PREFIX) + r"(\d+)-", point)
-        if found and not _alive(int(found.group(1))):
-            out.append(point)
+        if found:
+            out[point] = int(found.group(1))
     return out
+
+
+def stale_mounts() -> list[str]:
+    """Mounts of ours whose test process is gone (a crashed or killed run)."""
+    return [point for point, pid in our_mounts().items() if not _alive(pid)]
 
 
 def clean_stale_mounts() -> list[str]:
@@ -269,7 +279,8 @@ def no_leftovers() -> Iterator[None]:
     if gone:
         print(f"removed leftovers of a crashed run: {gone}")
     yield
-    assert not [p for p in stale_mounts()], "a mount outlived its test"
+    left = [point for point, pid in our_mounts().items() if pid == os.getpid()]
+    assert not left, f"a mount outlived its test: {left}"
 
 
 # -- S15: disk full --------------------------------------------------------------------
@@ -678,13 +689,12 @@ def partitioned() -> Iterator[tuple[pgcluster.Cluster, Namespace]]:
             conn.execute("SELECT pg_reload_conf()")
             conn.execute("CREATE DATABASE chaos")
         yield cluster, ns
-    assert stale_network() == ([], []), "a namespace or link outlived its test"
-    names = _must("ip", "netns", "list")
-    assert ns.name not in names, names
+    spaces, links = _must("ip", "netns", "list"), _must("ip", "-br", "link")
+    assert ns.name not in spaces and ns.host_link not in links, "a namespace outlived its test"
 
 
-def _partitioned_backends(url: str, app: str) -> list[tuple[str, float]]:
-    """(state, seconds in that state) of the partitioned worker's backends."""
+def backends_of(url: str, app: str) -> list[tuple[str, float]]:
+    """(state, seconds in that state) of the backends whose application_name starts so."""
     with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
         rows = conn.execute(
             "SELECT state, extract(epoch FROM clock_timestamp() - state_change) "
@@ -719,7 +729,7 @@ def test_s08_worker_partitioned_from_postgres(
 ) -> None:
     """A worker in a network namespace holds claims and an open transaction with its job's
     row locked when nftables drops all its traffic for 3 session expiries. The server ends
-    the abandoned transaction (plunder's idle_in_transaction_session_timeout), the other
+    the abandoned transaction (plunder asks for idle_in_transaction_session_timeout), the other
     worker rescues the jobs, the partitioned worker's late commits are refused after the
     heal, and it reconnects and works again."""
     cluster, ns = partitioned
@@ -733,8 +743,8 @@ def test_s08_worker_partitioned_from_postgres(
         part = system.start(name="part", concurrency=4, url=far, prefix=ns.exec())
         session = system.wait(lambda: system.session_of(part), what="the partitioned session")
         # one job opens its transaction once the other worker is up, locks its row and
-        # stays in it a little less than the idle limit (a session expiry); the others
-        # sleep past the partition and try to commit after the heal
+        # stays in it for most of a session expiry (well inside the idle limit of two);
+        # the others sleep past the partition and try to commit after the heal
         long_ms, expiry_ms = int(5 * timing.expiry * 1000), int(timing.expiry * 1000)
         locked = system.enqueue(
             [witness(sleep_ms=3000, tx_sleep_ms=int(0.8 * expiry_ms), lock_job=True)]
@@ -760,7 +770,7 @@ def test_s08_worker_partitioned_from_postgres(
             while not stop.wait(0.05):
                 with suppress(psycopg.Error):
                     watch.max_lock_wait = max(watch.max_lock_wait, _lock_waits(system.url))
-                    states = [s for s, _ in _partitioned_backends(system.url, app)]
+                    states = [s for s, _ in backends_of(system.url, app)]
                     if "idle in transaction" in states:
                         watch.idle_in_tx_seen = True
                     elif watch.idle_in_tx_seen and watch.idle_in_tx_gone is None:
@@ -778,7 +788,9 @@ def test_s08_worker_partitioned_from_postgres(
                 gaps.append((runs[job.attempt + 1].started_at - fault_db).total_seconds())
             return gaps
 
-        gaps = system.wait(reclaimed, timeout=3 * timing.expiry, what="the jobs claimed again")
+        gaps = system.wait(
+            reclaimed, timeout=timing.r_worker + 3 * timing.expiry, what="the jobs claimed again"
+        )
         time.sleep(max(0.0, fault + 3 * timing.expiry - time.monotonic()))
         heal_db = system.store.now()
         ns.heal()
@@ -826,9 +838,12 @@ def test_s08_worker_partitioned_from_postgres(
             f"{len(refused)} late commits refused"
         )
         assert watch.idle_in_tx_seen, "no open transaction of the partitioned worker was seen"
-        # the server ends it a session expiry after it went idle (plus the watcher's look)
-        assert released is not None and released <= timing.expiry + 1.0, released
-        assert max(gaps) <= timing.r_worker + timing.expiry, gaps
+        # the server ends it two session expiries after it went idle (plunder's
+        # idle_in_transaction_session_timeout), plus the watcher's look; the rescue may
+        # wait for that on top of the usual bound
+        idle = 2 * timing.expiry
+        assert released is not None and released <= idle + 1.0, released
+        assert max(gaps) <= timing.r_worker + idle, gaps
         assert refused, "no late commit of the partitioned worker was tried and refused"
         assert recovery <= r_db(timing), recovery
         assert part.alive

@@ -7,8 +7,9 @@
 * Claims use ``FOR UPDATE SKIP LOCKED``; batches travel as arrays through ``unnest`` so a
   batch of any size is one statement.
 * No session-level state is relied on — no advisory locks, no temporary tables, no
-  prepared statement names of our own — so the store keeps working behind pgbouncer in
-  transaction mode, and the SQL stays close to what CockroachDB accepts.
+  server-side prepared statements (psycopg's automatic ones are turned off) — so the
+  store keeps working behind pgbouncer in transaction mode, and the SQL stays close to
+  what CockroachDB accepts.
 * Serialization failures (40001), deadlocks (40P01) and lost connections retry the whole
   transaction after a fixed, jittered busy interval, up to a bounded total.
 """
@@ -236,6 +237,12 @@ class PostgresStore(SQLStore):
             # a peer that stops acknowledging is dropped after this, instead
             # of hanging a call for the kernel's ~15 minutes
             "tcp_user_timeout": int(self._tcp_user_timeout * 1000),
+            # psycopg prepares a statement on the server after its fifth run, under a name
+            # of its own; behind a transaction pooler (pgbouncer before 1.21) the next
+            # transaction may land on a server connection where that name is unknown or
+            # taken ("prepared statement _pg3_0 already exists"). plunder's statements are
+            # short and planned cheaply: never prepare them.
+            "prepare_threshold": None,
             **self._timeout_option(),
         }
 

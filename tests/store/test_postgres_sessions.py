@@ -1,0 +1,28 @@
+"""The PostgreSQL store keeps nothing in a database session, so a transaction pooler
+(pgbouncer in transaction mode) may run each of its transactions on any server connection:
+no server-side prepared statements, and a statement timeout set inside each transaction
+rather than with the ``options`` startup parameter (which pgbouncer refuses). A task's own
+transaction whose COMMIT is refused raises plunder's StoreBusy, never the driver's error.
+The whole system behind a real pgbouncer is the chaos suite's S19."""
+
+from __future__ import annotations
+
+import pytest
+
+import plunder
+from plunder.model import JobSpec
+
+pytestmark = pytest.mark.parametrize("backend", ["postgres"])
+
+
+def test_no_statement_is_prepared_on_the_server(store_url: str) -> None:
+    store = plunder.open_store(store_url, pool_size=1)
+    try:
+        for _ in range(10):  # psycopg would prepare a statement after its fifth run
+            store.now()
+            store.job_enqueue_many([JobSpec("t")])
+        with store.transaction() as conn:
+            row = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+        assert row == (0,)
+    finally:
+        store.close()

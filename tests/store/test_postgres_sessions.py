@@ -7,6 +7,7 @@ The whole system behind a real pgbouncer is the chaos suite's S19."""
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
 import plunder
@@ -24,5 +25,26 @@ def test_no_statement_is_prepared_on_the_server(store_url: str) -> None:
         with store.transaction() as conn:
             row = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
         assert row == (0,)
+    finally:
+        store.close()
+
+
+def test_the_statement_timeout_is_set_inside_each_transaction(store_url: str) -> None:
+    store = plunder.open_store(store_url, pool_size=1, statement_timeout=0.25)
+    try:
+        with store.transaction() as conn:
+            assert conn.execute("SHOW statement_timeout").fetchone() == ("250ms",)
+        with pytest.raises(psycopg.errors.QueryCanceled), store.transaction() as conn:
+            conn.execute("SELECT pg_sleep(2)")
+        # the hub's connection: its heartbeats get the timeout, the session does not
+        notes = store.notifications(listen=False, application_name="t", statement_timeout=0.25)
+        try:
+            conn = notes.connection
+            assert conn.execute("SHOW statement_timeout").fetchone() == ("0",)
+            session = store.session_open(name="w", host="h", pid=1, queues=["q"], expiry=5.0)
+            assert store.session_heartbeat(session.id, conn=conn).alive
+            assert conn.execute("SHOW statement_timeout").fetchone() == ("0",)
+        finally:
+            notes.close()
     finally:
         store.close()

@@ -7,9 +7,10 @@
 * Claims use ``FOR UPDATE SKIP LOCKED``; batches travel as arrays through ``unnest`` so a
   batch of any size is one statement.
 * No session-level state is relied on — no advisory locks, no temporary tables, no
-  server-side prepared statements (psycopg's automatic ones are turned off) — so the
-  store keeps working behind pgbouncer in transaction mode, and the SQL stays close to
-  what CockroachDB accepts.
+  server-side prepared statements (psycopg's automatic ones are turned off), no startup
+  ``options`` (a statement timeout is set inside each transaction) — so the store keeps
+  working behind pgbouncer in transaction mode, and the SQL stays close to what
+  CockroachDB accepts.
 * Serialization failures (40001), deadlocks (40P01) and lost connections retry the whole
   transaction after a fixed, jittered busy interval, up to a bounded total.
 """
@@ -96,6 +97,17 @@ CHANNELS = ("plunder_enqueued", "plunder_done", "plunder_stream")  # fixed names
 PROBE_CHANNEL = "plunder_probe"
 
 
+class _Connection(psycopg.Connection[Any]):
+    """A connection that knows the statement timeout its transactions run under.
+
+    The timeout is set inside each transaction (``set_config(name, value, true)``, the form
+    of SET LOCAL), not with the ``options`` startup parameter: a transaction pooler refuses
+    that parameter ("unsupported startup parameter: options", pgbouncer) and would hand a
+    session-level SET to whichever client gets that server connection next."""
+
+    statement_timeout: float | None = None
+
+
 class PgNotifications:
     """One dedicated connection: LISTENs on plunder's channels, and lends itself to the
     owner's light periodic calls (heartbeats) between waits.
@@ -106,11 +118,19 @@ class PgNotifications:
     database without LISTEN), it stops listening and says so; polling carries on alone.
     """
 
-    def __init__(self, conninfo: str, kwargs: dict[str, Any], *, listen: bool) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        kwargs: dict[str, Any],
+        *,
+        listen: bool,
+        statement_timeout: float | None = None,
+    ) -> None:
         self._conninfo = conninfo
         self._kwargs = kwargs
         self.listen = listen
-        self._conn: psycopg.Connection[Any] | None = None
+        self._statement_timeout = statement_timeout
+        self._conn: _Connection | None = None
         self._fresh = False
 
     @property
@@ -124,9 +144,10 @@ class PgNotifications:
     def _connect(self) -> None:
         self.close()
         try:
-            conn = psycopg.connect(self._conninfo, **self._kwargs)
+            conn = _Connection.connect(self._conninfo, **self._kwargs)
         except psycopg.Error as exc:
             raise errors.StoreBusy(f"cannot open the listening connection: {exc}") from exc
+        conn.statement_timeout = self._statement_timeout
         self._conn = conn
         self._fresh = True
         if self.listen:
@@ -243,7 +264,6 @@ class PostgresStore(SQLStore):
             # taken ("prepared statement _pg3_0 already exists"). plunder's statements are
             # short and planned cheaply: never prepare them.
             "prepare_threshold": None,
-            **self._timeout_option(),
         }
 
     def notifications(
@@ -251,24 +271,27 @@ class PostgresStore(SQLStore):
     ) -> PgNotifications:
         """A dedicated connection for wake-ups (and the owner's heartbeats)."""
         kwargs = {**self._connection_kwargs(), "application_name": application_name}
-        if statement_timeout is not None:
-            kwargs["options"] = f"-c statement_timeout={int(statement_timeout * 1000)}"
-        return PgNotifications(self._conninfo, kwargs, listen=listen)
+        return PgNotifications(
+            self._conninfo, kwargs, listen=listen, statement_timeout=statement_timeout
+        )
 
-    def _timeout_option(self) -> dict[str, str]:
-        if self._statement_timeout is None:
-            return {}
-        return {"options": f"-c statement_timeout={int(self._statement_timeout * 1000)}"}
+    def _limit(self, tx: _Tx, seconds: float | None) -> None:
+        """Bound every statement of this transaction (see ``_Connection``)."""
+        if seconds is not None:
+            tx.one("statement_timeout_set", timeout=str(int(seconds * 1000)))
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[_Tx]:
         with self._get_pool().connection() as conn, conn.transaction():
-            yield _Tx(conn, self.queries)
+            tx = _Tx(conn, self.queries)
+            self._limit(tx, self._statement_timeout)
+            yield tx
 
     @contextmanager
     def _transaction_on(self, conn: Any) -> Iterator[_Tx]:
         tx = self._joined(conn)
         with conn.transaction():
+            self._limit(tx, conn.statement_timeout if isinstance(conn, _Connection) else None)
             yield tx
 
     def _joined(self, conn: Any) -> _Tx:

@@ -9,6 +9,11 @@
 -- name: clock_now
 SELECT statement_timestamp() AS now;
 
+-- name: statement_timeout_set
+-- Bounds every later statement of this transaction (milliseconds). set_config(name, v, true)
+-- ends with the transaction, like SET LOCAL, so it is safe behind a transaction pooler.
+SELECT set_config('statement_timeout', %(timeout)s, true) AS timeout;
+
 -- name: schema_table_exists
 SELECT count(*) AS n FROM pg_catalog.pg_tables
 WHERE schemaname = current_schema() AND tablename = 'plunder_schema';

@@ -10,7 +10,7 @@
   server-side prepared statements (psycopg's automatic ones are turned off), no startup
   ``options`` (a statement timeout is set inside each transaction) — so the store keeps
   working behind pgbouncer in transaction mode, and the SQL stays close to what
-  CockroachDB accepts.
+  CockroachDB accepts. LISTEN is only an optimisation there: polling carries on alone.
 * Serialization failures (40001), deadlocks (40P01) and lost connections retry the whole
   transaction after a fixed, jittered busy interval, up to a bounded total.
 """
@@ -113,10 +113,22 @@ class PgNotifications:
     owner's light periodic calls (heartbeats) between waits.
 
     Notifications are lost while the connection is down, so after every reconnect it
-    LISTENs first and then reports ``("*", "")``: "re-check everything once". If a probe
-    NOTIFY sent right after LISTEN does not come back (pgbouncer in transaction mode, a
-    database without LISTEN), it stops listening and says so; polling carries on alone.
+    LISTENs first and then reports ``("*", "")``: "re-check everything once".
+
+    Before LISTENing it checks that notifications reach this connection at all: a probe
+    NOTIFY is sent from a second, short-lived connection, and the waits that follow look
+    for it (a wait never lasts longer than asked, so the owner's heartbeats are not held
+    up). Behind a transaction pooler (pgbouncer) it never comes back: between
+    transactions this client holds no server connection, and a LISTEN would stay behind
+    on a server connection that the pooler lends to other clients, who would then receive
+    our notifications (psycopg keeps them, unread, for as long as the connection lives).
+    A probe sent from this same connection would come back whenever the pooler happened
+    to reuse that server connection. When the probe does not come back within
+    ``PROBE_TIMEOUT`` (or the database refuses LISTEN, as CockroachDB does), it stops
+    listening and says so; polling carries on alone.
     """
+
+    PROBE_TIMEOUT = 1.0
 
     def __init__(
         self,
@@ -132,6 +144,7 @@ class PgNotifications:
         self._statement_timeout = statement_timeout
         self._conn: _Connection | None = None
         self._fresh = False
+        self._probe: tuple[str, float] | None = None  # token, deadline (monotonic)
 
     @property
     def connection(self) -> psycopg.Connection[Any]:
@@ -149,34 +162,65 @@ class PgNotifications:
             raise errors.StoreBusy(f"cannot open the listening connection: {exc}") from exc
         conn.statement_timeout = self._statement_timeout
         self._conn = conn
-        self._fresh = True
-        if self.listen:
+        if not self.listen:
+            self._fresh = True
+            return
+        try:
+            conn.execute(f"LISTEN {PROBE_CHANNEL}")
+        except psycopg.Error as exc:
+            if conn.broken:
+                self.close()
+                raise errors.StoreBusy(f"lost the listening connection: {exc}") from exc
+            self._stop_listening()  # the database refuses LISTEN itself
+            return
+        token = secrets.token_hex(8)
+        try:
+            with psycopg.connect(self._conninfo, **self._kwargs) as other:
+                other.execute("SELECT pg_notify(%s, %s)", (PROBE_CHANNEL, token))
+        except psycopg.Error as exc:  # tried again on the next reconnect
+            self.close()
+            raise errors.StoreBusy(f"cannot probe LISTEN/NOTIFY: {exc}") from exc
+        self._probe = (token, time.monotonic() + self.PROBE_TIMEOUT)
+
+    def _await_probe(self, conn: psycopg.Connection[Any], timeout: float) -> None:
+        """Wait up to ``timeout`` for the probe: once it came back, LISTEN on plunder's
+        channels; once its time is up, poll only."""
+        assert self._probe is not None
+        token, deadline = self._probe
+        wait = max(0.0, min(timeout, deadline - time.monotonic()))
+        if any(
+            n.channel == PROBE_CHANNEL and n.payload == token
+            for n in conn.notifies(timeout=wait, stop_after=1)
+        ):
+            self._probe = None
+            conn.execute(f"UNLISTEN {PROBE_CHANNEL}")
             for channel in CHANNELS:
                 conn.execute(f"LISTEN {channel}")
-            if not self._probe(conn):
-                log.warning(
-                    "LISTEN/NOTIFY does not come back on this connection (a "
-                    "transaction-mode pooler?); falling back to polling only"
-                )
-                self.listen = False
+            self._fresh = True
+        elif time.monotonic() >= deadline:
+            self._probe = None
+            conn.execute(f"UNLISTEN {PROBE_CHANNEL}")
+            self._stop_listening()
 
-    def _probe(self, conn: psycopg.Connection[Any]) -> bool:
-        token = secrets.token_hex(8)
-        conn.execute(f"LISTEN {PROBE_CHANNEL}")
-        conn.execute("SELECT pg_notify(%s, %s)", (PROBE_CHANNEL, token))
-        received = [
-            n for n in conn.notifies(timeout=1.0, stop_after=1) if n.channel == PROBE_CHANNEL
-        ]
-        conn.execute(f"UNLISTEN {PROBE_CHANNEL}")
-        return any(n.payload == token for n in received)
+    def _stop_listening(self) -> None:
+        log.warning(
+            "LISTEN/NOTIFY does not come back on this connection (a transaction-mode "
+            "pooler?); falling back to polling only"
+        )
+        self.listen = False
+        self._fresh = True
 
     def wait(self, timeout: float) -> list[tuple[str, str]]:
         """Wait up to ``timeout`` seconds; return the notifications that arrived."""
         try:
             conn = self.connection
+            if self._probe is not None:
+                self._await_probe(conn, timeout)
             if self._fresh:
                 self._fresh = False
                 return [("*", "")]
+            if self._probe is not None:
+                return []
             if not self.listen:
                 time.sleep(timeout)
                 return []
@@ -199,6 +243,7 @@ class PgNotifications:
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
+        self._probe = None
         if conn is not None:
             conn.close()
 

@@ -11,7 +11,9 @@ import psycopg
 import pytest
 
 import plunder
+from plunder import errors
 from plunder.model import JobSpec
+from tests.store.test_busy import count_jobs, inject_40001
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"])
 
@@ -46,5 +48,19 @@ def test_the_statement_timeout_is_set_inside_each_transaction(store_url: str) ->
             assert conn.execute("SHOW statement_timeout").fetchone() == ("0",)
         finally:
             notes.close()
+    finally:
+        store.close()
+
+
+def test_a_task_transaction_refused_at_commit_is_store_busy(store_url: str) -> None:
+    inject_40001(store_url, "plunder_jobs", "INSERT", failures=1)
+    store = plunder.open_store(store_url)
+    try:
+        with pytest.raises(errors.StoreBusy) as caught, store.transaction() as conn:
+            store.job_enqueue_many([JobSpec("t")], conn=conn)
+        assert isinstance(caught.value.__cause__, psycopg.errors.SerializationFailure)
+        assert count_jobs(store_url) == 0
+        with pytest.raises(ZeroDivisionError), store.transaction():  # the block's own: as is
+            _ = 1 / 0
     finally:
         store.close()

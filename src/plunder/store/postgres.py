@@ -43,6 +43,13 @@ from plunder.store.sqlbase import Row, SQLStore
 
 log = logging.getLogger("plunder.store")
 RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected, pg_errors.LockNotAvailable)
+# psycopg_pool tries again to open a connection it lost after delays that double (1, 2,
+# 4, 8 s, …) for reconnect_timeout (5 minutes by default): after a long outage (a
+# restart, every connection slot taken) its next try could come as long after the
+# database was back as the outage had lasted. Giving up a series after this long keeps
+# the gap between tries to a couple of seconds: the next request for a connection starts
+# a new series at once.
+RECONNECT_SERIES = 5.0
 
 
 def redact(url: str) -> str:
@@ -286,6 +293,7 @@ class PostgresStore(SQLStore):
                     max_size=self._pool_size,
                     open=True,
                     timeout=self._connect_timeout,
+                    reconnect_timeout=RECONNECT_SERIES,
                     name="plunder",
                     kwargs=self._connection_kwargs(),
                 )

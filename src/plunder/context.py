@@ -169,7 +169,10 @@ class Context(JobIdentity):
         result; if the task then returns something else, that replaces it. If the claim is
         no longer current the block's writes are rolled back and :class:`StaleClaim` is
         raised. Put the block at the end of the task: an exception after it cannot
-        un-acknowledge the job. On PostgreSQL a worker's transaction that sits idle (no
+        un-acknowledge the job. If the database refuses the COMMIT (a serialization
+        failure) or the connection is lost, :class:`StoreBusy` is raised and the attempt
+        fails like any other; if nothing was committed, the job's next attempt runs the
+        task, and the block, again. On PostgreSQL a worker's transaction that sits idle (no
         statement running) for longer than two session expiries is ended by the server, so
         that a worker cut off in the middle of it cannot hold its locks for good.
         """

@@ -38,7 +38,16 @@ from plunder.app import App
 from plunder.context import Context
 from plunder.execution import AsyncRunner, Handle, Outcome, ProcessRunner, ThreadRunner
 from plunder.janitor import Janitor
-from plunder.model import AckResult, Claim, Completion, ErrorInfo, Failure, JobRecord, Session
+from plunder.model import (
+    AckResult,
+    Claim,
+    Completion,
+    ErrorInfo,
+    Failure,
+    Heartbeat,
+    JobRecord,
+    Session,
+)
 from plunder.states import Outcome as RunOutcome
 from plunder.store import Store, open_store
 
@@ -544,9 +553,8 @@ class Worker:
             return
         with self._lock:
             claims = [h.job.claim for h in self._running.values()]
-        started = time.monotonic()
         try:
-            beat = self.store.session_heartbeat(session.id, claims, conn=connection)
+            beat, started = self._renew(session.id, claims, connection)
         except errors.StoreError as exc:
             silent = time.monotonic() - self._last_beat
             log.warning("heartbeat failed (%s); last renewed %.1fs ago", exc, silent)
@@ -569,6 +577,28 @@ class Worker:
         if beat.unknown:
             with self._lock:
                 self._unknown.update(beat.unknown)
+
+    def _renew(
+        self, session_id: str, claims: list[Claim], connection: Any
+    ) -> tuple[Heartbeat, float]:
+        """Send one heartbeat; return it and when the renewal that succeeded was sent.
+
+        A busy answer (a serialization failure, which CockroachDB raises at COMMIT, or a
+        deadlock) is sent again as a whole after the fixed busy interval, until the next
+        heartbeat would be due: a few busy answers in a row must not cost a healthy worker
+        its session. A lost connection is not retried here; the hub reconnects first."""
+        deadline = time.monotonic() + self.settings.heartbeat_interval
+        backoff = policy.BusyBackoff()
+        while True:
+            sent = time.monotonic()
+            try:
+                return self.store.session_heartbeat(session_id, claims, conn=connection), sent
+            except errors.StoreBusy:
+                wait = backoff.next_wait()
+                lost = getattr(connection, "closed", False) or getattr(connection, "broken", False)
+                if wait is None or lost or time.monotonic() + wait >= deadline:
+                    raise
+                time.sleep(wait)
 
     def _give_back_unknown(self) -> None:
         """Jobs the database has running under this session but the heartbeat did not

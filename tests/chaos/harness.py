@@ -129,13 +129,22 @@ class Proc:
 class System:
     """plunder under test: processes, a store to observe it, a history, and faults."""
 
-    def __init__(self, url: str, folder: Path, timing: Timing | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        folder: Path,
+        timing: Timing | None = None,
+        store_options: dict[str, Any] | None = None,
+    ) -> None:
+        """``store_options`` are for the harness's own stores (observer, sampler, load),
+        e.g. a smaller pool where the test counts connections."""
         self.url = url
+        self.store_options = dict(store_options or {})
         self.folder = folder
         self.timing = timing or Timing()
         self.backend = "sqlite" if url.startswith("sqlite") else "postgres"
         self.rng = random.Random(SEED)
-        self.store: Store = open_store(url)
+        self.store: Store = open_store(url, **self.store_options)
         self.store.migrate()
         self._execute(EFFECTS_DDL)
         self.history: list[Op] = []
@@ -289,7 +298,7 @@ class System:
         """Record every job's status and the janitor lease, for I7 and I10."""
 
         def loop() -> None:
-            store = open_store(self.url)
+            store = open_store(self.url, **self.store_options)
             try:
                 while not self._stop.wait(every):
                     try:
@@ -371,12 +380,14 @@ class System:
         self._record("ok", uids)
         return jobs
 
-    def load(self, rate: float, make: Callable[[int], JobSpec], count: int) -> threading.Thread:
-        """Enqueue ``count`` jobs at ``rate`` per second on a thread of its own store; an
-        enqueue that raises is recorded and the load goes on."""
+    def load(
+        self, rate: float, make: Callable[[int], JobSpec], count: int, **store_options: Any
+    ) -> threading.Thread:
+        """Enqueue ``count`` jobs at ``rate`` per second on a thread of its own store (opened
+        with ``store_options``); an enqueue that raises is recorded and the load goes on."""
 
         def loop() -> None:
-            store = open_store(self.url)
+            store = open_store(self.url, **{**self.store_options, **store_options})
             try:
                 start = time.monotonic()
                 for i in range(count):

@@ -7,8 +7,11 @@
 * Claims use ``FOR UPDATE SKIP LOCKED``; batches travel as arrays through ``unnest`` so a
   batch of any size is one statement.
 * No session-level state is relied on — no advisory locks, no temporary tables, no
-  prepared statement names of our own — so the store keeps working behind pgbouncer in
-  transaction mode, and the SQL stays close to what CockroachDB accepts.
+  server-side prepared statements (psycopg's automatic ones are turned off), and server
+  settings go in the ``options`` startup parameter or, where a pooler refuses it, inside
+  each transaction — so the store keeps working behind pgbouncer in transaction mode, and
+  the SQL stays close to what CockroachDB accepts. LISTEN is only an optimisation there:
+  polling carries on alone.
 * Serialization failures (40001), deadlocks (40P01) and lost connections retry the whole
   transaction after a fixed, jittered busy interval, up to a bounded total.
 * With ``call_timeout``, a transaction that has no answer after that many seconds (by this
@@ -128,15 +131,44 @@ CHANNELS = ("plunder_enqueued", "plunder_done", "plunder_stream")  # fixed names
 PROBE_CHANNEL = "plunder_probe"
 
 
+class _Connection(psycopg.Connection[Any]):
+    """A connection that knows the settings its transactions must make themselves.
+
+    plunder's server settings (statement and idle-in-transaction timeouts) normally travel
+    in the ``options`` startup parameter, once per connection. A transaction pooler refuses
+    that parameter ("unsupported startup parameter: options", pgbouncer), and a
+    session-level SET would stay on a server connection the pooler then lends to another
+    client; there, each transaction makes them with ``set_config(name, value, true)`` (the
+    form of SET LOCAL), which ends with the transaction. Milliseconds by name, or None."""
+
+    per_transaction: dict[str, int] | None = None
+
+
+def _options(settings: dict[str, int]) -> str:
+    return " ".join(f"-c {name}={value}" for name, value in settings.items())
+
+
 class PgNotifications:
     """One dedicated connection: LISTENs on plunder's channels, and lends itself to the
     owner's light periodic calls (heartbeats) between waits.
 
     Notifications are lost while the connection is down, so after every reconnect it
-    LISTENs first and then reports ``("*", "")``: "re-check everything once". If a probe
-    NOTIFY sent right after LISTEN does not come back (pgbouncer in transaction mode, a
-    database without LISTEN), it stops listening and says so; polling carries on alone.
+    LISTENs first and then reports ``("*", "")``: "re-check everything once".
+
+    Before LISTENing it checks that notifications reach this connection at all: a probe
+    NOTIFY is sent from a second, short-lived connection, and the waits that follow look
+    for it (a wait never lasts longer than asked, so the owner's heartbeats are not held
+    up). Behind a transaction pooler (pgbouncer) it never comes back: between
+    transactions this client holds no server connection, and a LISTEN would stay behind
+    on a server connection that the pooler lends to other clients, who would then receive
+    our notifications (psycopg keeps them, unread, for as long as the connection lives).
+    A probe sent from this same connection would come back whenever the pooler happened
+    to reuse that server connection. When the probe does not come back within
+    ``PROBE_TIMEOUT`` (or the database refuses LISTEN, as CockroachDB does), it stops
+    listening and says so; polling carries on alone.
     """
+
+    PROBE_TIMEOUT = 1.0
 
     def __init__(
         self,
@@ -146,15 +178,18 @@ class PgNotifications:
         listen: bool,
         deadlines: Deadlines,
         url: str,
+        per_transaction: dict[str, int] | None = None,
     ) -> None:
         self._conninfo = conninfo
         self._kwargs = kwargs
         self.listen = listen
-        self._conn: psycopg.Connection[Any] | None = None
+        self._per_transaction = per_transaction
+        self._conn: _Connection | None = None
         self._fresh = False
         self._deadlines = deadlines
         self._url = url
         self._down_since: float | None = None  # when reconnecting began to fail
+        self._probe: tuple[str, float] | None = None  # token, deadline (monotonic)
 
     @contextmanager
     def connection_for(self, timeout: float | None) -> Iterator[psycopg.Connection[Any]]:
@@ -175,7 +210,7 @@ class PgNotifications:
     def _connect(self) -> None:
         self.close()
         try:
-            conn = psycopg.connect(self._conninfo, **self._kwargs)
+            conn = _Connection.connect(self._conninfo, **self._kwargs)
         except psycopg.Error as exc:
             reason = _first_line(exc)
             # tried again at every wait and every heartbeat, so said once per outage: a
@@ -193,44 +228,75 @@ class PgNotifications:
                 time.monotonic() - self._down_since,
             )
             self._down_since = None
+        conn.per_transaction = self._per_transaction
         self._conn = conn
-        self._fresh = True
-        if self.listen:
-            try:  # a peer that hangs right after connecting must not hang us here
-                with _deadline(self._deadlines, conn, self._kwargs["connect_timeout"], self._url):
-                    for channel in CHANNELS:
-                        conn.execute(f"LISTEN {channel}")
-                    probed = self._probe(conn)
-            except psycopg.Error as exc:
+        if not self.listen:
+            self._fresh = True
+            return
+        try:  # a peer that hangs right after connecting must not hang us here
+            with _deadline(self._deadlines, conn, self._kwargs["connect_timeout"], self._url):
+                conn.execute(f"LISTEN {PROBE_CHANNEL}")
+        except psycopg.Error as exc:
+            if conn.broken:
                 self.close()
-                raise errors.StoreBusy(f"cannot LISTEN on the new connection: {exc}") from exc
-            except errors.StoreBusy:
-                self.close()
-                raise
-            if not probed:
-                log.warning(
-                    "LISTEN/NOTIFY does not come back on this connection (a "
-                    "transaction-mode pooler?); falling back to polling only"
-                )
-                self.listen = False
-
-    def _probe(self, conn: psycopg.Connection[Any]) -> bool:
+                raise errors.StoreBusy(f"lost the listening connection: {exc}") from exc
+            self._stop_listening()  # the database refuses LISTEN itself
+            return
+        except errors.StoreBusy:
+            self.close()
+            raise
         token = secrets.token_hex(8)
-        conn.execute(f"LISTEN {PROBE_CHANNEL}")
-        conn.execute("SELECT pg_notify(%s, %s)", (PROBE_CHANNEL, token))
-        received = [
-            n for n in conn.notifies(timeout=1.0, stop_after=1) if n.channel == PROBE_CHANNEL
-        ]
-        conn.execute(f"UNLISTEN {PROBE_CHANNEL}")
-        return any(n.payload == token for n in received)
+        try:
+            # a name of its own: it lives for a moment, beside the connection it probes
+            name = f"{self._kwargs.get('application_name', 'plunder')}:probe"[:63]
+            with psycopg.connect(
+                self._conninfo, **{**self._kwargs, "application_name": name}
+            ) as other:
+                other.execute("SELECT pg_notify(%s, %s)", (PROBE_CHANNEL, token))
+        except psycopg.Error as exc:  # tried again on the next reconnect
+            self.close()
+            raise errors.StoreBusy(f"cannot probe LISTEN/NOTIFY: {exc}") from exc
+        self._probe = (token, time.monotonic() + self.PROBE_TIMEOUT)
+
+    def _await_probe(self, conn: psycopg.Connection[Any], timeout: float) -> None:
+        """Wait up to ``timeout`` for the probe: once it came back, LISTEN on plunder's
+        channels; once its time is up, poll only."""
+        assert self._probe is not None
+        token, deadline = self._probe
+        wait = max(0.0, min(timeout, deadline - time.monotonic()))
+        if any(
+            n.channel == PROBE_CHANNEL and n.payload == token
+            for n in conn.notifies(timeout=wait, stop_after=1)
+        ):
+            self._probe = None
+            conn.execute(f"UNLISTEN {PROBE_CHANNEL}")
+            for channel in CHANNELS:
+                conn.execute(f"LISTEN {channel}")
+            self._fresh = True
+        elif time.monotonic() >= deadline:
+            self._probe = None
+            conn.execute(f"UNLISTEN {PROBE_CHANNEL}")
+            self._stop_listening()
+
+    def _stop_listening(self) -> None:
+        log.warning(
+            "LISTEN/NOTIFY does not come back on this connection (a transaction-mode "
+            "pooler?); falling back to polling only"
+        )
+        self.listen = False
+        self._fresh = True
 
     def wait(self, timeout: float) -> list[tuple[str, str]]:
         """Wait up to ``timeout`` seconds; return the notifications that arrived."""
         try:
             conn = self.connection
+            if self._probe is not None:
+                self._await_probe(conn, timeout)
             if self._fresh:
                 self._fresh = False
                 return [("*", "")]
+            if self._probe is not None:
+                return []
             if not self.listen:
                 time.sleep(timeout)
                 return []
@@ -253,6 +319,7 @@ class PgNotifications:
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
+        self._probe = None
         if conn is not None:
             conn.close()
 
@@ -285,6 +352,7 @@ class PostgresStore(SQLStore):
         self._pool_size = pool_size
         self._connect_timeout = connect_timeout
         self._application_name = application_name
+        self._accepts_options: bool | None = None  # see _options_accepted
         self._lock = threading.Lock()
         self._pool: ConnectionPool | None = None
         self._pid = os.getpid()
@@ -306,8 +374,10 @@ class PostgresStore(SQLStore):
                     # instead: the next call that needs a connection starts a fresh try at
                     # once, so tries stay a couple of seconds apart however long it lasts.
                     reconnect_timeout=RECONNECT_WINDOW,
+                    connection_class=_Connection,
+                    configure=self._configure,
                     name="plunder",
-                    kwargs=self._connection_kwargs(),
+                    kwargs=self._pool_kwargs(),
                 )
             return self._pool
 
@@ -323,34 +393,85 @@ class PostgresStore(SQLStore):
             # a peer that stops acknowledging is dropped after this, instead
             # of hanging a call for the kernel's ~15 minutes
             "tcp_user_timeout": int(self._tcp_user_timeout * 1000),
-            **self._server_options(self._statement_timeout),
+            # psycopg prepares a statement on the server after its fifth run, under a name
+            # of its own; behind a transaction pooler (pgbouncer before 1.21) the next
+            # transaction may land on a server connection where that name is unknown or
+            # taken ("prepared statement _pg3_0 already exists"). plunder's statements are
+            # short and planned cheaply: never prepare them.
+            "prepare_threshold": None,
         }
 
     def notifications(
         self, *, listen: bool, application_name: str, statement_timeout: float | None = None
     ) -> PgNotifications:
         """A dedicated connection for wake-ups (and the owner's heartbeats)."""
-        kwargs = {
-            **self._connection_kwargs(),
-            "application_name": application_name,
-            **self._server_options(statement_timeout),
-        }
+        kwargs = {**self._connection_kwargs(), "application_name": application_name}
+        settings = self._settings(statement_timeout)
+        if settings and self._options_accepted():
+            kwargs["options"] = _options(settings)
         return PgNotifications(
-            self._conninfo, kwargs, listen=listen, deadlines=self._deadlines, url=self.url
+            self._conninfo,
+            kwargs,
+            listen=listen,
+            deadlines=self._deadlines,
+            url=self.url,
+            per_transaction=None if "options" in kwargs else settings or None,
         )
 
-    def _server_options(self, statement_timeout: float | None) -> dict[str, str]:
-        """Settings for our backends. ``idle_in_transaction_session_timeout``: when this
-        client hangs or is cut off in the middle of a transaction, the server would hold
-        that transaction, and its row locks (a job, a session, the janitor's lease), for as
-        long as the connection looks alive, which behind a hung peer is forever: nobody
-        could rescue those rows. The server ends such a transaction after this long."""
-        settings = {
+    def _settings(self, statement_timeout: float | None) -> dict[str, int]:
+        """Settings for our backends, in milliseconds. ``idle_in_transaction_session_timeout``:
+        when this client hangs or is cut off in the middle of a transaction, the server
+        would hold that transaction, and its row locks (a job, a session, the janitor's
+        lease), for as long as the connection looks alive, which behind a hung peer is
+        forever: nobody could rescue those rows. The server ends such a transaction after
+        this long."""
+        values = {
             "statement_timeout": statement_timeout,
             "idle_in_transaction_session_timeout": self._idle_timeout,
         }
-        given = [f"-c {name}={int(value * 1000)}" for name, value in settings.items() if value]
-        return {"options": " ".join(given)} if given else {}
+        return {name: int(value * 1000) for name, value in values.items() if value}
+
+    def _options_accepted(self) -> bool:
+        """Whether the server takes settings in the ``options`` startup parameter (sent once
+        per connection, so they cost nothing per transaction). A transaction pooler refuses
+        it ("unsupported startup parameter: options", pgbouncer); then the settings are made
+        inside each transaction instead (see ``_Connection``). Asked once, by connecting."""
+        if self._accepts_options is None:
+            try:
+                kwargs = {**self._connection_kwargs(), "options": "-c statement_timeout=0"}
+                with psycopg.connect(self._conninfo, **kwargs):
+                    self._accepts_options = True
+            except psycopg.OperationalError as exc:
+                if "unsupported startup parameter" not in str(exc):
+                    return True  # not an answer (the database is down?): ask again later
+                log.info("%s refuses startup options; settings go in each transaction", self.url)
+                self._accepts_options = False
+        return self._accepts_options
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        """Each new pooled connection: the settings its transactions must make, if the
+        server did not take them at startup."""
+        if isinstance(conn, _Connection):
+            settings = self._settings(self._statement_timeout)
+            conn.per_transaction = None if self._options_accepted() else settings or None
+
+    def _pool_kwargs(self) -> dict[str, Any]:
+        kwargs = self._connection_kwargs()
+        settings = self._settings(self._statement_timeout)
+        if settings and self._options_accepted():
+            kwargs["options"] = _options(settings)
+        return kwargs
+
+    @staticmethod
+    def _limit(tx: _Tx, conn: Any) -> None:
+        """Make this transaction's settings, where the server refused them at startup."""
+        settings = conn.per_transaction if isinstance(conn, _Connection) else None
+        if settings:
+            tx.one(
+                "settings_set",
+                statement_timeout=str(settings.get("statement_timeout", 0)),
+                idle_timeout=str(settings.get("idle_in_transaction_session_timeout", 0)),
+            )
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[_Tx]:
@@ -360,10 +481,12 @@ class PostgresStore(SQLStore):
             _deadline(self._deadlines, conn, self._call_timeout, self.url),
             conn.transaction(),
         ):
-            yield _Tx(conn, self.queries)
+            tx = _Tx(conn, self.queries)
+            self._limit(tx, conn)
+            yield tx
 
     @contextmanager
-    def transaction(self) -> Iterator[Any]:
+    def _task_transaction(self) -> Iterator[_Tx]:
         """A task's own write transaction: no deadline (its statements may take as long as
         they need), but ``calls_cut()`` ends it."""
         with (
@@ -371,7 +494,9 @@ class PostgresStore(SQLStore):
             _deadline(self._deadlines, conn, None, self.url),
             conn.transaction(),
         ):
-            yield conn
+            tx = _Tx(conn, self.queries)
+            self._limit(tx, conn)
+            yield tx
 
     def calls_cut(self, reason: str) -> int:
         """Cut every call in flight on this store's connections (each fails with
@@ -385,6 +510,7 @@ class PostgresStore(SQLStore):
         tx = self._joined(conn)
         try:
             with conn.transaction():
+                self._limit(tx, conn)
                 yield tx
         except psycopg.Error as exc:  # cut by the owner's deadline (connection_for)?
             reason = self._deadlines.reason_of(conn)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import secrets
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from plunder import errors, payload
@@ -417,9 +417,33 @@ class SQLStore(Maintenance, Reads):
     def transaction(self) -> Iterator[Any]:
         """A write transaction on one of this store's connections, committed when the block
         ends without an exception. For a task's own writes (see ``Context.transaction``);
-        not retried, because the block's code cannot be replayed."""
-        with self._transaction(write=True) as tx:
-            yield tx.conn
+        not retried, because the block's code cannot be replayed.
+
+        An exception from the block passes through unchanged. A failure to begin or to
+        commit is a plunder error like any other store call's: a serialization failure
+        raised at COMMIT (CockroachDB does this; so does a deferred constraint) or a lost
+        connection is :class:`StoreBusy`, which the caller may answer by running the
+        whole block again."""
+        from_block = False
+        try:
+            with self._task_transaction() as tx:
+                try:
+                    yield tx.conn
+                except BaseException:
+                    from_block = True
+                    raise
+        except Exception as exc:
+            if from_block or isinstance(exc, errors.PlunderError):
+                raise
+            translated = self._translate(exc)
+            if translated is None:
+                raise
+            raise translated from exc
+
+    def _task_transaction(self) -> AbstractContextManager[Tx]:
+        """The transaction under :meth:`transaction`; a driver may bound it differently
+        from its own calls."""
+        return self._transaction(write=True)
 
     def job_result_set(self, claim: Claim, result: Any) -> bool:
         """Store the result of a job that its own transaction already acknowledged; fenced

@@ -9,6 +9,11 @@
 -- name: clock_now
 SELECT (julianday('now') - 2440587.5) * 86400.0 AS now;
 
+-- name: settings_set
+-- SQLite has no statement timeouts (busy_timeout bounds its waits); the store never
+-- sends this; it exists so that both dialects name the same operations.
+SELECT :statement_timeout, :idle_timeout WHERE 0;
+
 -- name: schema_table_exists
 SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'plunder_schema';
 

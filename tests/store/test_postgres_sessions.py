@@ -1,0 +1,78 @@
+"""The PostgreSQL store keeps nothing in a database session, so a transaction pooler
+(pgbouncer in transaction mode) may run each of its transactions on any server connection:
+no server-side prepared statements, and a statement timeout set inside each transaction
+rather than with the ``options`` startup parameter (which pgbouncer refuses). A task's own
+transaction whose COMMIT is refused raises plunder's StoreBusy, never the driver's error.
+The whole system behind a real pgbouncer is the chaos suite's S19."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+import plunder
+from plunder import errors
+from plunder.model import JobSpec
+from tests.store.test_busy import count_jobs, inject_40001
+
+pytestmark = pytest.mark.parametrize("backend", ["postgres"])
+
+
+def test_no_statement_is_prepared_on_the_server(store_url: str) -> None:
+    store = plunder.open_store(store_url, pool_size=1)
+    try:
+        for _ in range(10):  # psycopg would prepare a statement after its fifth run
+            store.now()
+            store.job_enqueue_many([JobSpec("t")])
+        with store.transaction() as conn:
+            row = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+        assert row == (0,)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("startup_options", [True, False], ids=["options", "pooler"])
+def test_the_statement_timeout_bounds_every_transaction(
+    store_url: str, startup_options: bool
+) -> None:
+    """Settings travel in the startup ``options`` where the server takes them; where it
+    refuses them (pgbouncer; S19 runs the real one), each transaction makes them itself
+    and nothing stays on the connection after it."""
+    store = plunder.open_store(store_url, pool_size=1, statement_timeout=0.25)
+    if not startup_options:
+        store._accepts_options = False  # as a transaction pooler answers
+    try:
+        with store.transaction() as conn:
+            assert conn.execute("SHOW statement_timeout").fetchone() == ("250ms",)
+        with pytest.raises(psycopg.errors.QueryCanceled), store.transaction() as conn:
+            conn.execute("SELECT pg_sleep(2)")  # the block's own error passes through as is
+        notes = store.notifications(listen=False, application_name="t", statement_timeout=0.25)
+        try:
+            conn = notes.connection
+            session = store.session_open(name="w", host="h", pid=1, queues=["q"], expiry=5.0)
+            assert store.session_heartbeat(session.id, conn=conn).alive
+            if startup_options:
+                assert conn.execute("SHOW statement_timeout").fetchone() == ("250ms",)
+            else:  # made by each of plunder's transactions; the connection keeps nothing
+                assert getattr(conn, "per_transaction", None) == {
+                    "statement_timeout": 250,
+                }
+                assert conn.execute("SHOW statement_timeout").fetchone() == ("0",)
+        finally:
+            notes.close()
+    finally:
+        store.close()
+
+
+def test_a_task_transaction_refused_at_commit_is_store_busy(store_url: str) -> None:
+    inject_40001(store_url, "plunder_jobs", "INSERT", failures=1)
+    store = plunder.open_store(store_url)
+    try:
+        with pytest.raises(errors.StoreBusy) as caught, store.transaction() as conn:
+            store.job_enqueue_many([JobSpec("t")], conn=conn)
+        assert isinstance(caught.value.__cause__, psycopg.errors.SerializationFailure)
+        assert count_jobs(store_url) == 0
+        with pytest.raises(ZeroDivisionError), store.transaction():  # the block's own: as is
+            _ = 1 / 0
+    finally:
+        store.close()

@@ -4,6 +4,8 @@ janitor takeover."""
 from __future__ import annotations
 
 import signal
+import sqlite3
+import subprocess
 import time
 
 from plunder.janitor import LEASE_NAME
@@ -110,7 +112,7 @@ def test_a_paused_worker_is_fenced_and_carries_on_under_a_new_session(
         [JobSpec("effect", [f"tok-{i}", 0.6], max_attempts=3) for i in range(3)]
     )
     wait_for(lambda: len(_running_on(store, old_sid)) == 3, what="claims")
-    paused.send_signal(signal.SIGSTOP)
+    _pause_outside_a_write(paused, workers.url)
     try:
         rescuer = workers.start("-c", "4")
         wait_for(
@@ -134,6 +136,28 @@ def test_a_paused_worker_is_fenced_and_carries_on_under_a_new_session(
     (later,) = store.job_enqueue_many([JobSpec("add", [2, 3])])
     wait_for(lambda: store.job_get(later.id).status == Status.SUCCEEDED, what="new work")
     assert "SESSION LOST" in workers.log(0)  # the window was hit, and said so loudly
+
+
+def _pause_outside_a_write(proc: subprocess.Popen[bytes], url: str) -> None:
+    """SIGSTOP ``proc`` at a moment it holds no SQLite write lock. Paused inside a write
+    transaction it would block every other process until it resumes (SQLite has one
+    writer; the chaos suite's S25 covers that case): this test is about a zombie whose
+    session expires while others go on."""
+    for _ in range(50):
+        proc.send_signal(signal.SIGSTOP)
+        if not url.startswith("sqlite"):
+            return
+        probe = sqlite3.connect(url[len("sqlite:///") :], timeout=0.2, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:  # locked by the paused worker: let it finish
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(0.01)
+        finally:
+            probe.close()
+    raise AssertionError("the worker held the write lock at every try")
 
 
 def test_a_poison_job_ends_after_max_attempts_and_the_rest_finish(

@@ -72,7 +72,8 @@ class Tx(Protocol):
         ...
 
     def batch_count(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> int:
-        """Run a batch statement that returns nothing; the number of rows it changed."""
+        """Run a batch query whose result is a count (see the query's documentation): the
+        rows it changed, or the rows it returned."""
         ...
 
     def script(self, sql: str) -> None:

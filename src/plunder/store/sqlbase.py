@@ -4,7 +4,7 @@ claims and fenced acknowledgements. (Leases and sweeps are in ``maintenance.py``
 
 A worker's turn, in one transaction::
 
-    job_complete (count)  ─▶ run_finish ─▶ job_fail ─▶ run_finish ─▶ job_claim_many ─▶ run_open
+    job_complete (count, closes runs) ─▶ job_fail ─▶ run_finish ─▶ job_claim_many ─▶ run_open
     └─ every write names (job id, attempt, session id); refused claims are reported stale
 """
 
@@ -452,7 +452,18 @@ class SQLStore(Maintenance, Reads):
         self, tx: Tx, items: list[tuple[Completion, str]], now: Now
     ) -> tuple[list[Claim], list[Claim]]:
         clock = tx.clock(now)
-        rows = [{**convert.claim_row(c.claim), "result": text} for c, text in items]
+        rows = [
+            {
+                "job_id": c.claim.job_id,
+                "attempt": c.claim.attempt,
+                "session_id": c.claim.session_id,
+                "result": text,
+                "logs": convert.logs_text(c.logs),
+            }
+            for c, text in items
+        ]
+        # completes the jobs and closes their runs (an accepted repeat's run was closed by
+        # the commit that completed it)
         changed = tx.batch_count("job_complete", rows, now=clock)
         if changed == len(items):
             done = {c.claim for c, _ in items}
@@ -460,14 +471,6 @@ class SQLStore(Maintenance, Reads):
             done = self._succeeded(tx, [c.claim for c, _ in items])
         self._notify(tx, CHANNEL_DONE, [str(claim.job_id) for claim in done])
         ok = [c for c, _ in items if c.claim in done]
-        tx.batch(
-            "run_finish",
-            [
-                convert.run_end(c.claim.job_id, c.claim.attempt, Outcome.SUCCEEDED, None, c.logs)
-                for c in ok
-            ],
-            now=clock,
-        )
         # Effects run only where this statement did the update (a completion with effects
         # has a transaction of its own): a retried acknowledgement of one that already
         # committed is accepted again, but its effects were written by that commit.

@@ -104,6 +104,8 @@ def logs_text(lines: Sequence[str]) -> str:
     lone surrogates written as escapes, and earlier lines dropped until the JSON fits well
     inside the payload limit (a control character takes six bytes of JSON). Whatever a task
     logs, its run can be recorded."""
+    if not lines:  # most runs log nothing
+        return "[]"
     kept = [
         str(line)[:MAX_LOG_LINE_CHARS].encode("utf-8", "backslashreplace").decode("utf-8")
         for line in lines[-MAX_LOG_LINES:]

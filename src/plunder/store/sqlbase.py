@@ -14,6 +14,7 @@ import functools
 import secrets
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from plunder import errors, payload
@@ -74,16 +75,22 @@ class SQLStore(Maintenance, Reads):
             else:
                 raise errors.StoreBusy("idempotency keys kept changing state during enqueue")
             self._notify(tx, CHANNEL_ENQUEUED, [str(found[i]["queue"]) for i in found])
+            times: dict[Any, datetime] = {}  # a batch shares its created_at and most run_at
             return [
-                self._fresh(rows[i], found[i]) if i in fresh else self._job(found[i])
+                self._fresh(rows[i], found[i], times) if i in fresh else self._job(found[i])
                 for i in range(len(rows))
             ]
 
         return self._run(op, conn=conn)
 
-    def _fresh(self, row: dict[str, Any], inserted: Row) -> JobRecord:
+    def _fresh(self, row: dict[str, Any], inserted: Row, times: dict[Any, datetime]) -> JobRecord:
         """The record of a job just inserted, from what we inserted (decoded from the very
         JSON text stored) and what the database assigned (id and times)."""
+        run_at, created_at = inserted["run_at"], inserted["created_at"]
+        if run_at not in times:
+            times[run_at] = self._time(run_at)
+        if created_at not in times:
+            times[created_at] = self._time(created_at)
         return JobRecord(
             id=int(inserted["id"]),
             queue=row["queue"],
@@ -99,8 +106,8 @@ class SQLStore(Maintenance, Reads):
             backoff_cap=row["backoff_cap"],
             retry_on_timeout=row["retry_on_timeout"],
             key=row["key"],
-            run_at=self._time(inserted["run_at"]),
-            created_at=self._time(inserted["created_at"]),
+            run_at=times[run_at],
+            created_at=times[created_at],
             started_at=None,
             finished_at=None,
             deadline_at=None,

@@ -72,7 +72,8 @@ def spawn(argv: Sequence[str], *, env: dict[str, str] | None = None, log: Path |
     return subprocess.Popen(
         list(argv),
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        # the runner's own path (the harness gives plunder's runs this checkout's src/)
+        env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT)), **(env or {})},
         stdin=subprocess.DEVNULL,
         stdout=out,
         stderr=out,

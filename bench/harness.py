@@ -313,7 +313,10 @@ def run_one(system: System, measurement: str, params: Params, log: Path) -> dict
     runner, _ = MEASUREMENTS[measurement]
     argv = [python_for(system.peer), "-m", "bench.runner", system.name, runner]
     argv.append(json.dumps(asdict(params)))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    # plunder and the raw bounds run this checkout's src/, not whichever plunder happens to
+    # be installed; the peers never import plunder
+    path = str(ROOT) if system.peer else os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
     try:
         with open(log, "ab") as err:
             done = subprocess.run(

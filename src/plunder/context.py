@@ -67,7 +67,8 @@ class Context(JobIdentity):
         self.job = job
         self.claim: Claim = job.claim
         self._store = store
-        self._cancel = threading.Event()
+        self._cancelled = False
+        self._cancel_event: threading.Event | None = None  # made by the first waiter only
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()  # keeps concurrent flushes in order
         self._pending: list[tuple[str, Any]] = []
@@ -93,16 +94,27 @@ class Context(JobIdentity):
     def cancelled(self) -> bool:
         """True once the job was cancelled, timed out, or its claim was lost; a long task
         should check it and return early. Its result would be refused anyway."""
-        return self._cancel.is_set()
+        return self._cancelled
 
     def cancel(self, reason: str) -> None:
-        if not self._cancel.is_set():
+        with self._lock:
+            if self._cancelled:
+                return
             self.cancel_reason = reason
-            self._cancel.set()
+            self._cancelled = True
+            event = self._cancel_event
+        if event is not None:
+            event.set()
 
     def wait_cancelled(self, timeout: float | None = None) -> bool:
         """Sleep up to ``timeout`` seconds, waking early if the task is cancelled."""
-        return self._cancel.wait(timeout)
+        with self._lock:
+            if self._cancel_event is None:
+                self._cancel_event = threading.Event()
+                if self._cancelled:
+                    self._cancel_event.set()
+            event = self._cancel_event
+        return event.wait(timeout)
 
     # -- stream and progress --------------------------------------------------------------
     def stream(self, data: Any) -> None:
@@ -143,6 +155,8 @@ class Context(JobIdentity):
 
     def flush(self) -> None:
         """Write buffered events now (the worker also does this on a timer)."""
+        if not self._pending and not self._flush_lock.locked():
+            return  # nothing buffered and no flush under way (most tasks stream nothing)
         with self._flush_lock:
             self._flush_locked()
 

@@ -59,9 +59,14 @@ class Handle:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+_fits: dict[tuple[Any, ...], str | None] = {}  # (function, shape of the call) -> why not
+
+
 def call_arguments(task: Task, job: JobRecord, ctx: object) -> tuple[list[Any], dict[str, Any]]:
     """Bind the job's JSON arguments (and the context, or a marker for it) to the
-    function's signature; TypeError names what does not fit."""
+    function's signature; TypeError names what does not fit. Whether they fit depends only
+    on the number of positional arguments and the keyword names, so each shape is bound
+    once per function."""
     args, kwargs = list(job.args), dict(job.kwargs)
     signature = task.signature
     if task.context_param:
@@ -72,12 +77,22 @@ def call_arguments(task: Task, job: JobRecord, ctx: object) -> tuple[list[Any], 
             args.insert(min(position, len(args)), ctx)
         else:
             kwargs[task.context_param] = ctx
+    shape = (task.fn, len(args), *kwargs)
     try:
-        signature.bind(*args, **kwargs)
-    except TypeError as exc:
+        problem = _fits[shape]
+    except KeyError:
+        try:
+            signature.bind(*args, **kwargs)
+            problem = None
+        except TypeError as exc:
+            problem = str(exc)
+        if len(_fits) >= 4096:
+            _fits.clear()
+        _fits[shape] = problem
+    if problem is not None:
         raise TypeError(
-            f"arguments {job.args!r} {job.kwargs!r} do not fit task {task.name}: {exc}"
-        ) from None
+            f"arguments {job.args!r} {job.kwargs!r} do not fit task {task.name}: {problem}"
+        )
     return args, kwargs
 
 
@@ -88,7 +103,7 @@ class ThreadRunner:
 
     IDLE_SECONDS = 60.0
 
-    def __init__(self, outcomes: queue.Queue[Any]) -> None:
+    def __init__(self, outcomes: queue.SimpleQueue[Any]) -> None:
         self.outcomes = outcomes
         self._jobs: queue.SimpleQueue[Handle] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -133,7 +148,7 @@ class ThreadRunner:
 class AsyncRunner:
     """One event loop on a thread of its own, shared by every ``async def`` task."""
 
-    def __init__(self, outcomes: queue.Queue[Any]) -> None:
+    def __init__(self, outcomes: queue.SimpleQueue[Any]) -> None:
         self.outcomes = outcomes
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -292,7 +307,7 @@ class ProcessRunner:
     """A fresh child process (spawned, so it inherits no connections or threads) per job;
     stopping a job terminates its process."""
 
-    def __init__(self, outcomes: queue.Queue[Any]) -> None:
+    def __init__(self, outcomes: queue.SimpleQueue[Any]) -> None:
         self.outcomes = outcomes
         self._mp = multiprocessing.get_context("spawn")
 

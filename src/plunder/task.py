@@ -105,8 +105,8 @@ class Task:
     pool: str = "thread"
     context_param: str | None = None
 
-    @property
-    def is_async(self) -> bool:
+    @functools.cached_property
+    def is_async(self) -> bool:  # asked for every job the worker starts
         return inspect.iscoroutinefunction(self.fn)
 
     @property

@@ -96,7 +96,7 @@ class Worker:
         self.tasks = app.registry.names()
         self.store: Store = app.store
         self.session: Session | None = None
-        self._outcomes: queue.Queue[Outcome | _Stop] = queue.Queue()
+        self._outcomes: queue.SimpleQueue[Outcome | _Stop] = queue.SimpleQueue()
         self._last_beat = time.monotonic()
         self._threads = ThreadRunner(self._outcomes)
         self._async = AsyncRunner(self._outcomes)
@@ -406,7 +406,7 @@ class Worker:
             self._failures.append(self._failure(handle, ErrorInfo.from_exception(exc), None))
             return
         self._completions.append(
-            Completion(handle.job.claim, result, logs=tuple(handle.ctx.log_lines))
+            Completion(handle.ctx.claim, result, logs=tuple(handle.ctx.log_lines))
         )
 
     def _failed(self, handle: Handle, outcome: Outcome) -> None:
@@ -435,7 +435,7 @@ class Worker:
         outcome: RunOutcome = RunOutcome.FAILED,
     ) -> Failure:
         return Failure(
-            handle.job.claim,
+            handle.ctx.claim,
             info,
             retry_delay=delay,
             logs=tuple(handle.ctx.log_lines),
@@ -452,7 +452,7 @@ class Worker:
             )
             return
         try:
-            self.store.job_result_set(handle.job.claim, outcome.result)
+            self.store.job_result_set(handle.ctx.claim, outcome.result)
         except errors.PlunderError as exc:
             log.error("job %d: could not store its result: %s", handle.job.id, exc)
 
@@ -552,7 +552,7 @@ class Worker:
         if session is None or self._session_lost.is_set():
             return
         with self._lock:
-            claims = [h.job.claim for h in self._running.values()]
+            claims = [h.ctx.claim for h in self._running.values()]
         try:
             beat, started = self._renew(session.id, claims, connection)
         except errors.StoreError as exc:

@@ -11,18 +11,23 @@ import re
 
 from plunder.store import queries
 
-UNFENCED = {
-    "postgres": "WHERE j.id = u.job_id",
-    "sqlite": "WHERE id = :job_id",
+# the WHERE clause of the statement that completes the job (PostgreSQL: inside the CTE,
+# up to its RETURNING; SQLite: the first statement, up to its ";")
+FENCE = {
+    "postgres": (
+        r"^(\s*)WHERE j\.id = u\.job_id\b.*?(?=^\s*RETURNING)",
+        r"\1WHERE j.id = u.job_id\n",
+    ),
+    "sqlite": (r"^WHERE\b.*?;", "WHERE id = :job_id;"),
 }
 
 
 def break_fencing() -> None:
-    for dialect, where in UNFENCED.items():
+    for dialect, (fence, unfenced) in FENCE.items():
         named = queries.load(dialect)  # cached: every later user sees the patched text
-        named["job_complete"] = re.sub(
-            r"^WHERE\b.*", where, named["job_complete"], flags=re.S | re.M
-        )
+        patched = re.sub(fence, unfenced, named["job_complete"], count=1, flags=re.S | re.M)
+        assert patched != named["job_complete"], f"no fence found in {dialect} job_complete"
+        named["job_complete"] = patched
 
 
 if __name__ == "__main__":

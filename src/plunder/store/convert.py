@@ -66,28 +66,64 @@ def status_name(value: str) -> str:
         raise errors.InvalidName(f"unknown job status {value!r}; one of: {names}") from None
 
 
+_settings: dict[tuple[Any, ...], dict[str, Any]] = {}  # validated spec options, see below
+
+
+def spec_settings(spec: JobSpec) -> dict[str, Any]:
+    """The validated options of one spec (everything but its arguments and key). Jobs
+    enqueued together mostly share them, so each combination is checked once; the cache key
+    holds the types too, because ``True == 1`` and ``1 == 1.0``."""
+    values = (
+        spec.queue,
+        spec.task,
+        spec.priority,
+        spec.max_attempts,
+        spec.timeout,
+        spec.backoff_base,
+        spec.backoff_cap,
+        spec.retry_on_timeout,
+        spec.delay,
+    )
+    kinds = tuple(map(type, values))
+    cacheable = True
+    try:
+        found = _settings.get((values, kinds))
+    except TypeError:  # an unhashable value, certainly invalid: let the checks say why
+        found, cacheable = None, False
+    if found is None:
+        found = {
+            "queue": payload.check_queue(spec.queue),
+            "task": payload.check_task(spec.task),
+            "priority": integer("priority", spec.priority, -INT32, INT32),
+            "max_attempts": integer("max_attempts", spec.max_attempts, 1, 1000),
+            "timeout": None if spec.timeout is None else positive("timeout", spec.timeout),
+            "backoff_base": non_negative("backoff_base", spec.backoff_base),
+            "backoff_cap": non_negative("backoff_cap", spec.backoff_cap),
+            "retry_on_timeout": bool(spec.retry_on_timeout),
+            "delay": non_negative("delay", spec.delay),
+        }
+        if cacheable:
+            if len(_settings) >= 1024:
+                _settings.clear()
+            _settings[values, kinds] = found
+    return found
+
+
 def spec_row(spec: JobSpec) -> dict[str, Any]:
     """Validate and encode one spec; raise before anything is written."""
     if not isinstance(spec.args, list | tuple):
         raise errors.PayloadError(
             f"args of {spec.task!r} must be a list, not {type(spec.args).__name__}"
         )
-    if not isinstance(spec.kwargs, dict) or not all(isinstance(k, str) for k in spec.kwargs):
+    kwargs = spec.kwargs
+    if not isinstance(kwargs, dict) or (kwargs and not all(isinstance(k, str) for k in kwargs)):
         raise errors.PayloadError(f"kwargs of {spec.task!r} must be a dict with string keys")
-    return {
-        "queue": payload.check_queue(spec.queue),
-        "task": payload.check_task(spec.task),
-        "args": payload.encode(list(spec.args), what=f"arguments of {spec.task}"),
-        "kwargs": payload.encode(spec.kwargs, what=f"keyword arguments of {spec.task}"),
-        "priority": integer("priority", spec.priority, -INT32, INT32),
-        "max_attempts": integer("max_attempts", spec.max_attempts, 1, 1000),
-        "timeout": None if spec.timeout is None else positive("timeout", spec.timeout),
-        "backoff_base": non_negative("backoff_base", spec.backoff_base),
-        "backoff_cap": non_negative("backoff_cap", spec.backoff_cap),
-        "retry_on_timeout": bool(spec.retry_on_timeout),
-        "key": payload.check_key(spec.key),
-        "delay": non_negative("delay", spec.delay),
-    }
+    row = dict(spec_settings(spec))
+    args = spec.args if type(spec.args) is list else list(spec.args)
+    row["args"] = payload.encode(args, what=f"arguments of {spec.task}")
+    row["kwargs"] = payload.encode(kwargs, what=f"keyword arguments of {spec.task}")
+    row["key"] = payload.check_key(spec.key)
+    return row
 
 
 def claims_of(rows: list[Row]) -> set[Claim]:
@@ -104,6 +140,8 @@ def logs_text(lines: Sequence[str]) -> str:
     lone surrogates written as escapes, and earlier lines dropped until the JSON fits well
     inside the payload limit (a control character takes six bytes of JSON). Whatever a task
     logs, its run can be recorded."""
+    if not lines:  # most runs log nothing
+        return "[]"
     kept = [
         str(line)[:MAX_LOG_LINE_CHARS].encode("utf-8", "backslashreplace").decode("utf-8")
         for line in lines[-MAX_LOG_LINES:]

@@ -45,6 +45,8 @@ CHANNEL_DONE = "plunder_done"  # payload: ids of jobs that reached a terminal st
 CHANNEL_STREAM = "plunder_stream"  # payload: ids of jobs with new stream events
 NOTIFY_BYTES = 7000
 
+_STATUS = {status.value: status for status in Status}  # Status(text) is slow on every claim
+
 SESSION_LOST = ErrorInfo(
     "plunder.SessionLost",
     "the worker's session expired while this attempt was running (the worker died, "
@@ -72,7 +74,8 @@ class Tx(Protocol):
         ...
 
     def batch_count(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> int:
-        """Run a batch statement that returns nothing; the number of rows it changed."""
+        """Run a batch query whose result is a count (see the query's documentation): the
+        rows it changed, or the rows it returned."""
         ...
 
     def script(self, sql: str) -> None:
@@ -174,7 +177,9 @@ class Engine(ABC):
     def _run(self, op: Callable[[Tx], T], *, write: bool = True, conn: Any = None) -> T:
         if conn is not None:
             return self._once(op, self._joined(conn))
-        backoff = policy.BusyBackoff(interval=self.busy_interval, total=self.busy_total)
+        # made at the first busy answer (its budget starts there anyway): it seeds a random
+        # generator from the OS, which costs more than the rest of a short transaction
+        backoff: policy.BusyBackoff | None = None
         while True:
             try:
                 with self._transaction(write=write) as tx:
@@ -192,6 +197,8 @@ class Engine(ABC):
                 if not isinstance(translated, errors.StoreBusy):
                     raise translated from exc
                 busy, cause = translated, exc
+            if backoff is None:
+                backoff = policy.BusyBackoff(interval=self.busy_interval, total=self.busy_total)
             wait = backoff.next_wait()
             if wait is None:
                 raise busy from cause
@@ -314,7 +321,7 @@ class Engine(ABC):
             args=payload.decode(row["args"]),
             kwargs=payload.decode(row["kwargs"]),
             priority=int(row["priority"]),
-            status=Status(row["status"]),
+            status=_STATUS[row["status"]],
             attempt=int(row["attempt"]),
             max_attempts=int(row["max_attempts"]),
             timeout=row["timeout"],

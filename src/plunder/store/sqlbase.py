@@ -4,7 +4,7 @@ claims and fenced acknowledgements. (Leases and sweeps are in ``maintenance.py``
 
 A worker's turn, in one transaction::
 
-    job_complete (count)  ─▶ run_finish ─▶ job_fail ─▶ run_finish ─▶ job_claim_many ─▶ run_open
+    job_complete (count, closes runs) ─▶ job_fail ─▶ run_finish ─▶ job_claim_many ─▶ run_open
     └─ every write names (job id, attempt, session id); refused claims are reported stale
 """
 
@@ -14,6 +14,7 @@ import functools
 import secrets
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
 from typing import Any
 
 from plunder import errors, payload
@@ -75,16 +76,22 @@ class SQLStore(Maintenance, Reads):
             else:
                 raise errors.StoreBusy("idempotency keys kept changing state during enqueue")
             self._notify(tx, CHANNEL_ENQUEUED, [str(found[i]["queue"]) for i in found])
+            times: dict[Any, datetime] = {}  # a batch shares its created_at and most run_at
             return [
-                self._fresh(rows[i], found[i]) if i in fresh else self._job(found[i])
+                self._fresh(rows[i], found[i], times) if i in fresh else self._job(found[i])
                 for i in range(len(rows))
             ]
 
         return self._run(op, conn=conn)
 
-    def _fresh(self, row: dict[str, Any], inserted: Row) -> JobRecord:
+    def _fresh(self, row: dict[str, Any], inserted: Row, times: dict[Any, datetime]) -> JobRecord:
         """The record of a job just inserted, from what we inserted (decoded from the very
         JSON text stored) and what the database assigned (id and times)."""
+        run_at, created_at = inserted["run_at"], inserted["created_at"]
+        if run_at not in times:
+            times[run_at] = self._time(run_at)
+        if created_at not in times:
+            times[created_at] = self._time(created_at)
         return JobRecord(
             id=int(inserted["id"]),
             queue=row["queue"],
@@ -100,8 +107,8 @@ class SQLStore(Maintenance, Reads):
             backoff_cap=row["backoff_cap"],
             retry_on_timeout=row["retry_on_timeout"],
             key=row["key"],
-            run_at=self._time(inserted["run_at"]),
-            created_at=self._time(inserted["created_at"]),
+            run_at=times[run_at],
+            created_at=times[created_at],
             started_at=None,
             finished_at=None,
             deadline_at=None,
@@ -497,7 +504,18 @@ class SQLStore(Maintenance, Reads):
         self, tx: Tx, items: list[tuple[Completion, str]], now: Now
     ) -> tuple[list[Claim], list[Claim]]:
         clock = tx.clock(now)
-        rows = [{**convert.claim_row(c.claim), "result": text} for c, text in items]
+        rows = [
+            {
+                "job_id": c.claim.job_id,
+                "attempt": c.claim.attempt,
+                "session_id": c.claim.session_id,
+                "result": text,
+                "logs": convert.logs_text(c.logs),
+            }
+            for c, text in items
+        ]
+        # completes the jobs and closes their runs (an accepted repeat's run was closed by
+        # the commit that completed it)
         changed = tx.batch_count("job_complete", rows, now=clock)
         if changed == len(items):
             done = {c.claim for c, _ in items}
@@ -505,14 +523,6 @@ class SQLStore(Maintenance, Reads):
             done = self._succeeded(tx, [c.claim for c, _ in items])
         self._notify(tx, CHANNEL_DONE, [str(claim.job_id) for claim in done])
         ok = [c for c, _ in items if c.claim in done]
-        tx.batch(
-            "run_finish",
-            [
-                convert.run_end(c.claim.job_id, c.claim.attempt, Outcome.SUCCEEDED, None, c.logs)
-                for c in ok
-            ],
-            now=clock,
-        )
         # Effects run only where this statement did the update (a completion with effects
         # has a transaction of its own): a retried acknowledgement of one that already
         # committed is accepted again, but its effects were written by that commit.

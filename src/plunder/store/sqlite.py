@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sqlite3
@@ -151,13 +152,24 @@ class _Tx:
         return out
 
     def batch_count(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> int:
+        """Each statement of the query over every row in turn; the rows the first changed."""
         if not rows:
             return 0
-        cursor = self.conn.executemany(self._sql[name], [{**common, **row} for row in rows])
-        return int(cursor.rowcount)
+        params = [{**common, **row} for row in rows]
+        first, *rest = _statements(self._sql[name])
+        count = int(self.conn.executemany(first, params).rowcount)
+        for sql in rest:
+            self.conn.executemany(sql, params)
+        return count
 
     def script(self, sql: str) -> None:
         self.conn.execute(sql)
+
+
+@functools.cache
+def _statements(sql: str) -> list[str]:
+    """A batch query's statements (sqlite3 runs one statement per call)."""
+    return queries.statements(sql)
 
 
 def _epoch(value: datetime) -> float:

@@ -160,19 +160,34 @@ WHERE id = %(session_id)s
   AND expires_at > COALESCE(%(now)s::timestamptz, statement_timestamp());
 
 -- name: job_complete
--- batch; the store counts the rows it changed. Fenced: only the current claim of a
--- running job, under a live session. A reaper updating the same row first makes this one
--- re-check its WHERE clause and match nothing.
-WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
-UPDATE plunder_jobs AS j
-SET status = 'succeeded', result = u.result, finished_at = clock.now, deadline_at = NULL
-FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[],
-            %(result)s::text[]) AS u(job_id, attempt, session_id, result),
-     clock
-WHERE j.id = u.job_id AND j.attempt = u.attempt AND j.session_id = u.session_id
-  AND j.status = 'running'
-  AND EXISTS (SELECT 1 FROM plunder_sessions AS s
-              WHERE s.id = u.session_id AND s.expires_at > clock.now);
+-- batch; the store counts the rows it returns, one per job it completed. Fenced: only the
+-- current claim of a running job, under a live session. A reaper updating the same row
+-- first makes this one re-check its WHERE clause and match nothing. The run of each job it
+-- completed is closed in the same statement (a run already closed keeps its outcome).
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
+done AS (
+    UPDATE plunder_jobs AS j
+    SET status = 'succeeded', result = u.result, finished_at = clock.now, deadline_at = NULL
+    FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[],
+                %(result)s::text[], %(logs)s::text[])
+             AS u(job_id, attempt, session_id, result, logs),
+         clock
+    WHERE j.id = u.job_id AND j.attempt = u.attempt
+      -- not "=": the planner would look rows up through the session's running jobs (each
+      -- probe walking all of them) instead of by id; u.session_id is never NULL
+      AND j.session_id IS NOT DISTINCT FROM u.session_id
+      AND j.status = 'running'
+      -- a scalar subquery, not EXISTS: a semi-join would start the plan from the session
+      AND (SELECT s.expires_at FROM plunder_sessions AS s WHERE s.id = u.session_id) > clock.now
+    RETURNING j.id, j.attempt, u.logs
+),
+closed AS (
+    UPDATE plunder_runs AS r
+    SET finished_at = clock.now, outcome = 'succeeded', error = NULL, logs = done.logs
+    FROM done, clock
+    WHERE r.job_id = done.id AND r.attempt = done.attempt AND r.outcome IS NULL
+)
+SELECT id FROM done;
 
 -- name: job_result_set
 -- The result of a job whose own transaction acknowledged it (Context.transaction), fenced
@@ -203,10 +218,13 @@ FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[],
             %(final_status)s::text[])
          AS u(job_id, attempt, session_id, error, retry, delay, final_status),
      clock
-WHERE j.id = u.job_id AND j.attempt = u.attempt AND j.session_id = u.session_id
+WHERE j.id = u.job_id AND j.attempt = u.attempt
+  -- not "=": the planner would look rows up through the session's running jobs (each
+  -- probe walking all of them) instead of by id; u.session_id is never NULL
+  AND j.session_id IS NOT DISTINCT FROM u.session_id
   AND j.status = 'running'
-  AND EXISTS (SELECT 1 FROM plunder_sessions AS s
-              WHERE s.id = u.session_id AND s.expires_at > clock.now)
+  -- a scalar subquery, not EXISTS: a semi-join would start the plan from the session
+  AND (SELECT s.expires_at FROM plunder_sessions AS s WHERE s.id = u.session_id) > clock.now
 RETURNING j.id, j.attempt, u.session_id AS session_id, j.status, j.queue;
 
 -- name: job_release

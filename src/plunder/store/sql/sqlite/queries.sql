@@ -4,7 +4,8 @@
 -- :now is always a number here: the store reads the clock once per transaction (clock_now)
 -- and passes it to every statement, so one transaction sees one instant.
 -- List parameters arrive as JSON text and are opened with json_each().
--- Batch queries (marked "batch") are executed once per row inside one transaction.
+-- Batch queries (marked "batch") are executed once per row inside one transaction; a batch
+-- query may be several statements (each ending with ";" at the end of a line), run in turn.
 
 -- name: clock_now
 SELECT (julianday('now') - 2440587.5) * 86400.0 AS now;
@@ -124,13 +125,20 @@ WHERE job_id = :job_id AND attempt = :attempt AND session_id = :session_id
 SELECT id FROM plunder_sessions WHERE id = :session_id AND expires_at > :now;
 
 -- name: job_complete
--- batch; the store counts the rows it changed. Fenced: only the current claim of a
--- running job, under a live session.
+-- batch; the store counts the rows the first statement changed. Fenced: only the current
+-- claim of a running job, under a live session. The second statement closes the run of a
+-- job that is now succeeded under this claim (a run already closed keeps its outcome).
 UPDATE plunder_jobs
 SET status = 'succeeded', result = :result, finished_at = :now, deadline_at = NULL
 WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
   AND status = 'running'
   AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at > :now);
+UPDATE plunder_runs
+SET finished_at = :now, outcome = 'succeeded', error = NULL, logs = :logs
+WHERE job_id = :job_id AND attempt = :attempt AND outcome IS NULL
+  AND (SELECT j.status FROM plunder_jobs AS j
+       WHERE j.id = :job_id AND j.attempt = :attempt AND j.session_id = :session_id)
+      = 'succeeded';
 
 -- name: job_result_set
 -- The result of a job whose own transaction acknowledged it (Context.transaction), fenced

@@ -533,8 +533,17 @@ class PostgresStore(SQLStore):
         """Cut every call in flight on this store's connections (each fails with
         StoreBusy); how many. For a worker that stopped trusting its session: whatever it
         still waits for would be refused by the database anyway, and a call stuck on a hung
-        peer would otherwise hold its thread, and its pooled connection, for good."""
-        return self._deadlines.cut_all(reason)
+        peer would otherwise hold its thread, and its pooled connection, for good.
+
+        The idle connections in the pool are closed too (new ones are opened): they lead to
+        the same peer, and the next call on one that hangs would wait for its deadline."""
+        cut = self._deadlines.cut_all(reason)
+        with self._lock:
+            pool = self._pool if self._pid == os.getpid() else None
+        drain = getattr(pool, "drain", None)  # psycopg_pool 3.3 and later
+        if drain is not None:
+            drain()
+        return cut
 
     @contextmanager
     def _transaction_on(self, conn: Any) -> Iterator[_Tx]:

@@ -31,7 +31,7 @@ from plunder import pgcluster
 from plunder.janitor import LEASE_NAME
 from plunder.states import Outcome, Status
 from plunder.worker import RECONNECT_CAP
-from tests.chaos.checker import DEFAULT, check
+from tests.chaos.checker import DEFAULT, Observation, check
 from tests.chaos.harness import Proc, System, Timing, witness
 from tests.chaos.test_janitor import _holder
 
@@ -115,7 +115,8 @@ def test_s16_connection_exhaustion(
     try:
         system.sample(0.25)
         procs = system.workers(6, concurrency=2)
-        system.load(8, lambda i: witness(queue=f"q{1 + i % 2}", sleep_ms=100 + 30 * (i % 10)), 320)
+        make = lambda i: witness(queue=f"q{1 + i % 2}", sleep_ms=100 + 30 * (i % 10))  # noqa: E731
+        loader = system.load(8, make, 320)
         system.wait(
             lambda: sum(j.status == Status.SUCCEEDED for j in system.jobs()) >= 20,
             what="a baseline of finished jobs",
@@ -132,6 +133,7 @@ def test_s16_connection_exhaustion(
             released = system.store.now()
         # plenty of work, so that each victim finds some as soon as it can claim again
         system.enqueue([witness(sleep_ms=1000) for _ in range(60)])
+        loader.join(timeout=60)  # every job enqueued before the end is judged
         system.wait_terminal(timeout=60)
         obs = system.observe()
         report = check(obs, DEFAULT)
@@ -169,6 +171,7 @@ def test_s16_connection_exhaustion(
             f"{violations} invariant violations, recovery {recovery:.2f}s"
         )
         logs = system.logs()
+        assert report.ok, report.summary() + logs[-4000:]
         assert refusals >= 1, "plunder never met a refused connection: the window was missed"
         assert all(p.alive for p in procs), "a worker died of connection exhaustion"
         # backing off: a few tries a second (a crash loop or a hot retry makes hundreds)
@@ -176,11 +179,19 @@ def test_s16_connection_exhaustion(
         assert not healthy_lost, healthy_lost  # their heartbeats kept their own connection
         assert all(before[p.name] == after[p.name] for p in healthy), (before, after)
         assert victims_lost >= 1, "no victim lost its session: fencing was not exercised"
-        assert all(j.status == Status.SUCCEEDED for j in obs.jobs.values())
+        assert all(j.status == Status.SUCCEEDED for j in obs.jobs.values()), _unfinished(obs)
         assert recovery <= timing.poll + RECONNECT_CAP + 1.0, back
-        assert report.ok, report.summary() + logs[-4000:]
     finally:
         system.close()
+
+
+def _unfinished(obs: Observation) -> list[tuple[str, str, Any, list[tuple[int, str]]]]:
+    """Jobs that did not succeed, with their runs, for a failure message."""
+    return [
+        (uid, str(job.status), job.error, [(r.attempt, str(r.outcome)) for r in obs.runs[job.id]])
+        for uid, job in obs.jobs.items()
+        if job.status != Status.SUCCEEDED
+    ][:10]
 
 
 def _backends_of(procs: list[Proc]) -> str:
@@ -283,8 +294,17 @@ def test_s18_serialization_failures_at_commit(
     session is lost. At 0.9 the retry budgets run out: a producer with a 1 s budget gets
     a typed StoreBusy, sessions are lost and fenced. Once the fault lifts, the backlog is
     done within the bound for a lost worker. A task's own transaction cannot be replayed
-    by the store: its failed COMMIT fails the attempt, and the job runs again."""
+    by the store: its failed COMMIT fails the attempt, and the job runs again.
+
+    plunder runs at the database's default isolation; here that is SERIALIZABLE (as
+    CockroachDB always is), which adds genuine serialization failures of its own."""
     timing, budget = system.timing, 1.0
+    server_log = pg_cluster.root / "server.log"
+    log_from = server_log.stat().st_size
+    database = urlsplit(system.url).path.lstrip("/")
+    isolation = "SET default_transaction_isolation = serializable"
+    _sql(system.url, f'ALTER DATABASE "{database}" {isolation}')
+    system.store.close()  # its next connection, like every process's, is SERIALIZABLE
     workers = system.workers(3, concurrency=4)
     make = lambda i: witness(queue=f"q{1 + i % 2}", sleep_ms=i % 40, max_attempts=10)  # noqa: E731
     calm_from = injector(0.2)
@@ -300,6 +320,9 @@ def test_s18_serialization_failures_at_commit(
     obs = system.observe()
     report = check(obs, DEFAULT)
     injected = _injected(pg_cluster, system.url)
+    with server_log.open("rb") as log:
+        log.seek(log_from)
+        genuine = log.read().decode(errors="replace").count("ERROR:  could not serialize access")
     print(report.summary())
 
     def during(items: list[Injected], start: float, end: float) -> list[Injected]:
@@ -343,7 +366,8 @@ def test_s18_serialization_failures_at_commit(
         f"S18 detail: injected while p=0.2 {dict(by_role)}; while p=0.9 "
         f"{len(during(injected, storm_from, lifted))}; {len(task_errors)} task commits "
         f"refused and run again; {len(gave_up)} enqueues gave up (typed, <= {slowest:.2f}s); "
-        f"{storm_lost} runs lost with their session while p=0.9"
+        f"{storm_lost} runs lost with their session while p=0.9; {genuine} genuine "
+        "serialization failures besides"
     )
     violations = sum(len(v) for v in report.violations.values())
     print(
@@ -352,7 +376,7 @@ def test_s18_serialization_failures_at_commit(
     )
     assert report.ok, report.summary() + logs[-4000:]
     assert all(p.alive for p in workers)
-    assert all(j.status == Status.SUCCEEDED for j in obs.jobs.values())
+    assert all(j.status == Status.SUCCEEDED for j in obs.jobs.values()), _unfinished(obs)
     assert recovery <= timing.r_worker, recovery
 
 
@@ -478,7 +502,7 @@ def test_s19_pgbouncer_transaction_pooling(bounced: System, pgbouncer: Bouncer) 
     timing = system.timing
     janitors = [system.start("janitor") for _ in range(3)]
     victim, *_ = system.workers(3, concurrency=4, extra=["--no-janitor"])
-    system.load(
+    loader = system.load(
         10,
         lambda i: witness(queue=f"q{1 + i % 2}", sleep_ms=200 + 30 * (i % 10), max_attempts=3),
         250,
@@ -498,6 +522,7 @@ def test_s19_pgbouncer_transaction_pooling(bounced: System, pgbouncer: Bouncer) 
         new, _ = _holder(system, janitors)
         assert new.term > lease.term and new.holder != lease.holder
         takeovers.append(time.monotonic() - killed)
+    loader.join(timeout=60)  # every job enqueued before the end is judged
     system.wait_terminal(timeout=60)
     obs = system.observe()
     report = check(obs, (*DEFAULT, "I10"))
@@ -529,6 +554,7 @@ def test_s19_pgbouncer_transaction_pooling(bounced: System, pgbouncer: Bouncer) 
         f"S19 postgres: {len(obs.jobs)} jobs, {1 + len(takeovers)} faults injected, "
         f"{violations} invariant violations, recovery {recovery:.2f}s"
     )
+    assert report.ok, report.summary() + logs[-4000:]
     assert not trouble, trouble[:10]
     # plunder works here by polling: every worker saw its LISTEN probe fail
     assert len(polling) == len(workers), (polling, [p.name for p in workers])
@@ -536,5 +562,4 @@ def test_s19_pgbouncer_transaction_pooling(bounced: System, pgbouncer: Bouncer) 
     assert max(gaps) <= timing.r_worker, gaps
     assert max(takeovers) <= timing.r_janitor, takeovers
     assert max(waits) <= timing.poll + 1.0, f"a job waited {max(waits):.2f}s to start"
-    assert all(j.status == Status.SUCCEEDED for j in obs.jobs.values())
-    assert report.ok, report.summary() + logs[-4000:]
+    assert all(j.status == Status.SUCCEEDED for j in obs.jobs.values()), _unfinished(obs)

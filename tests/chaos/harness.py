@@ -14,6 +14,7 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -215,17 +216,41 @@ class System:
             os.killpg(proc.pid, sig)
         return at
 
+    def _write_lock_free(self) -> bool:
+        path = self.url[len("sqlite:///") :]
+        probe = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            probe.close()
+
     def kill(self, proc: Proc) -> datetime:
         at = self.signal(proc, signal.SIGKILL)
         proc.popen.wait(timeout=10)
         return at
 
     @contextmanager
-    def paused(self, proc: Proc) -> Iterator[datetime]:
-        """SIGSTOP the process group for the block; SIGCONT however the block ends."""
+    def paused(self, proc: Proc, *, holding_write: bool = False) -> Iterator[datetime]:
+        """SIGSTOP the process group for the block; SIGCONT however the block ends.
+
+        On SQLite a process paused inside a write transaction holds the database's one
+        write lock, and every other process waits until it resumes (S25 aims at that).
+        Unless ``holding_write``, the pause is retried until it lands outside a write, so
+        the scenario is the zombie it means: a worker whose session expires while the
+        others go on."""
         undo = self.faults.enter_context(ExitStack())
         undo.callback(self._resume, proc)
         at = self.signal(proc, signal.SIGSTOP)
+        for _ in range(50):
+            if holding_write or self.backend != "sqlite" or self._write_lock_free():
+                break
+            self._resume(proc)
+            time.sleep(0.01)
+            at = self.signal(proc, signal.SIGSTOP)
         try:
             yield at
         finally:

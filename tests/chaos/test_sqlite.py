@@ -26,7 +26,7 @@ def test_s25_sqlite_contention_and_crashes(system: System) -> None:
         live = [p for p in system.procs if p.alive and p.role in ("worker", "enqueuer")]
         victim = system.rng.choice(live)
         if victim.role == "enqueuer" and not paused:
-            with system.paused(victim):  # it may hold the write lock right now
+            with system.paused(victim, holding_write=True):  # it may hold the write lock
                 time.sleep(1.0)
             paused = True
             continue

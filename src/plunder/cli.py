@@ -253,7 +253,7 @@ def janitor(state: State, /, **intervals: float | None) -> None:
     """Run only the janitor (reaping, timeouts, pruning) while holding its lease."""
     import threading
 
-    from plunder.janitor import Janitor
+    from plunder.janitor import Janitor, store_options
 
     with user_errors():
         settings = config.load(url=state.url).with_overrides(**intervals)
@@ -262,7 +262,14 @@ def janitor(state: State, /, **intervals: float | None) -> None:
 
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())
-        Janitor(state.store(), settings).run(stop)
+        # its own deadlines, so that a pass it leaves open (paused, cut off) cannot hold
+        # up a successor's takeover for good
+        store = open_store(state.url, **{**CLI_STORE, **store_options(settings)})
+        store.schema_check()
+        try:
+            Janitor(store, settings).run(stop)
+        finally:
+            store.close()
 
 
 @main.command()

@@ -35,6 +35,23 @@ log = logging.getLogger("plunder.janitor")
 LEASE_NAME = "plunder.janitor"
 
 
+def store_options(settings: Settings) -> dict[str, float]:
+    """Deadlines for a janitor's own store (PostgreSQL; SQLite ignores them).
+
+    Every pass checks its lease with ``FOR SHARE``, so a takeover waits for a pass in
+    progress to end. A holder paused or cut off in the middle of one would make every
+    successor wait for as long as the server keeps that transaction, which, for a client
+    that never comes back, is forever. So the server ends a janitor's transaction left idle
+    for a lease TTL (by then its lease has run out anyway and its writes would be refused),
+    and a janitor call that has no answer after a lease TTL is cut for the same reason."""
+    ttl = settings.lease_ttl
+    return {
+        "call_timeout": ttl,
+        "idle_timeout": ttl,
+        "connect_timeout": max(2.0, settings.session_expiry),
+    }
+
+
 @dataclass(frozen=True)
 class Reaper:
     """Deletes sessions past their expiry and releases or finishes their running jobs."""

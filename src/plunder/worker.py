@@ -38,6 +38,7 @@ from plunder.app import App
 from plunder.context import Context
 from plunder.execution import AsyncRunner, Handle, Outcome, ProcessRunner, ThreadRunner
 from plunder.janitor import Janitor
+from plunder.janitor import store_options as janitor_store_options
 from plunder.model import (
     AckResult,
     Claim,
@@ -220,19 +221,19 @@ class Worker:
             self.settings.url,
             pool_size=1,
             application_name=f"{self._app_name}:janitor",
-            **self._deadline_options,
+            **janitor_store_options(self.settings),
         )
 
     @property
     def _deadline_options(self) -> dict[str, float]:
-        """Deadlines of the worker's own database calls (claims, acknowledgements, streams,
-        the janitor's passes; heartbeats get theirs from the hub): a peer that hangs
-        instead of failing would otherwise hold the calling thread for good. Two session
-        expiries are long for a database that still answers, however slowly (a session
-        lost meanwhile cuts every call in flight anyway). A connection that takes longer
-        than a session expiry to open is no use (the driver's minimum is 2 s): after an
-        outage, a connect attempt that started while the database was out of reach must
-        not hold up the recovery for long.
+        """Deadlines of the worker's own database calls (claims, acknowledgements, streams;
+        heartbeats get theirs from the hub, the janitor's passes from the janitor): a peer
+        that hangs instead of failing would otherwise hold the calling thread for good.
+        Two session expiries are long for a database that still answers, however slowly
+        (a session lost meanwhile cuts every call in flight anyway). A connection that
+        takes longer than a session expiry to open is no use (the driver's minimum is 2 s):
+        after an outage, a connect attempt that started while the database was out of reach
+        must not hold up the recovery for long.
 
         On the server's side, a transaction of this worker left idle for two session
         expiries (its worker hung, or cut off in the middle of it) is ended, so that its

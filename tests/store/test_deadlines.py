@@ -10,9 +10,12 @@ import threading
 import time
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 from plunder import errors
+from plunder.config import Settings
+from plunder.janitor import LEASE_NAME, store_options
 from plunder.store import Store, open_store
 from tests.chaos.chaosproxy import ChaosProxy
 
@@ -105,6 +108,32 @@ def test_idle_timeout_reaches_the_server(store_url: str) -> None:
         assert row == ("1500ms",)
     finally:
         store.close()
+
+
+@POSTGRES
+def test_a_pass_left_open_does_not_hold_up_a_takeover(store_url: str) -> None:
+    """A janitor paused in the middle of a pass holds its lease FOR SHARE; with the idle
+    limit its janitor store asks for, the server ends that transaction and a successor
+    takes the expired lease instead of waiting for good."""
+    settings = Settings(url=store_url, session_expiry=0.5, heartbeat_interval=0.1)
+    holder = open_store(store_url, **store_options(settings))
+    other = open_store(store_url)
+    try:
+        lease = holder.lease_acquire(LEASE_NAME, "paused", settings.lease_ttl)
+        assert lease is not None
+        # the task's own statement meets the end of its transaction (the driver's error)
+        with pytest.raises((errors.StoreError, psycopg.Error)), holder.transaction() as conn:
+            conn.execute("SELECT term FROM plunder_leases WHERE name = %s FOR SHARE", (LEASE_NAME,))
+            time.sleep(settings.lease_ttl)  # the lease runs out while the pass is open
+            started = time.monotonic()
+            taken = other.lease_acquire(LEASE_NAME, "successor", settings.lease_ttl)
+            waited = time.monotonic() - started
+            assert taken is not None and taken.term == lease.term + 1
+            assert waited < settings.lease_ttl + 1.0, waited
+            conn.execute("SELECT 1")  # the paused holder wakes up: its transaction is gone
+    finally:
+        holder.close()
+        other.close()
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])

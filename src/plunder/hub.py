@@ -3,7 +3,7 @@ worker slot and every result or stream waiter in that process.
 
 ```
  database ── NOTIFY (PostgreSQL) / data_version (SQLite) ──▶ hub thread ──▶ callbacks
-   plunder_enqueued <queues>   → the workers serving those queues
+   plunder_enqueued <queues>   → the workers serving those queues ("*": every worker)
    plunder_done <job ids>      → result waiters of those jobs
    plunder_stream <job ids>    → stream followers of those jobs
    "*" (reconnected, SQLite)   → everyone re-checks once
@@ -175,8 +175,10 @@ class Hub:
                     callbacks += [cb for cbs in self._jobs.values() for cb in cbs]
                     callbacks += [cb for cbs in self._streams.values() for cb in cbs]
                 elif channel == "plunder_enqueued":
-                    queues = set(note.split(","))
-                    callbacks += [cb for wanted, cb in self._work if wanted & queues]
+                    queues = set(note.split(","))  # "*": too many queues to name
+                    callbacks += [
+                        cb for wanted, cb in self._work if "*" in queues or wanted & queues
+                    ]
                 else:
                     table = self._jobs if channel == "plunder_done" else self._streams
                     for item in note.split(","):

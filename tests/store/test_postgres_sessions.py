@@ -1,7 +1,8 @@
 """The PostgreSQL store keeps nothing in a database session, so a transaction pooler
 (pgbouncer in transaction mode) may run each of its transactions on any server connection:
-no server-side prepared statements, and a statement timeout set inside each transaction
-rather than with the ``options`` startup parameter (which pgbouncer refuses). A task's own
+no server-side prepared statements behind one (and none after a server reports them mixed
+up), and a statement timeout set inside each transaction rather than with the ``options``
+startup parameter (which pgbouncer refuses). A task's own
 transaction whose COMMIT is refused raises plunder's StoreBusy, never the driver's error.
 The whole system behind a real pgbouncer is the chaos suite's S19."""
 
@@ -18,15 +19,49 @@ from tests.store.test_busy import count_jobs, inject_40001
 pytestmark = pytest.mark.parametrize("backend", ["postgres"])
 
 
-def test_no_statement_is_prepared_on_the_server(store_url: str) -> None:
+def _prepared(store: plunder.Store) -> int:
+    with store.transaction() as conn:
+        row = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize("startup_options", [True, False], ids=["server", "pooler"])
+def test_statements_are_prepared_only_where_no_pooler_is_seen(
+    store_url: str, startup_options: bool
+) -> None:
     store = plunder.open_store(store_url, pool_size=1)
+    if not startup_options:
+        store._accepts_options = False  # as pgbouncer in transaction mode answers
     try:
-        for _ in range(10):  # psycopg would prepare a statement after its fifth run
+        for _ in range(10):  # psycopg prepares a statement after its fifth run
             store.now()
             store.job_enqueue_many([JobSpec("t")])
-        with store.transaction() as conn:
-            row = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
-        assert row == (0,)
+        assert (_prepared(store) > 0) is startup_options
+    finally:
+        store.close()
+
+
+def test_a_prepared_statement_mix_up_turns_preparing_off_and_retries(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pooler that lends server connections without tracking prepared statements makes
+    the server answer "prepared statement … does not exist": the call is retried
+    unprepared, and nothing is prepared again."""
+    store = plunder.open_store(store_url, pool_size=1)
+    try:
+        for _ in range(10):
+            store.now()
+        assert _prepared(store) > 0
+        with store.transaction() as conn:  # behind psycopg's back, as another server would
+            conn.pgconn.exec_(b"DEALLOCATE ALL")
+        assert store.now() is not None  # refused once, then retried unprepared
+        assert "mixed up prepared statements" in caplog.text
+        for _ in range(10):
+            store.now()
+            store.job_enqueue_many([JobSpec("t")])
+        assert _prepared(store) == 0
+        assert count_jobs(store_url) == 10
     finally:
         store.close()
 

@@ -71,11 +71,11 @@ def test_postgres_sql_uses_no_notify_advisory_locks_unlogged_tables_or_triggers(
     where: str,
 ) -> None:
     """None of them survives pgbouncer's transaction pooling or CockroachDB, and an
-    immediate shutdown empties UNLOGGED tables. The one exception is the ``notify`` query:
-    wake-ups are an optimisation on top of polling, sent only where the store says the
-    database delivers them (``Store.notifies``)."""
+    immediate shutdown empties UNLOGGED tables. The exceptions are the ``notify`` and
+    ``job_insert_notify`` queries: wake-ups are an optimisation on top of polling, sent only
+    where the store says the database delivers them (``Store.notifies``)."""
     found = FORBIDDEN.findall(code(postgres_sql()[where]))
-    if where == "queries.sql:notify":
+    if where in ("queries.sql:notify", "queries.sql:job_insert_notify"):
         assert [word for word, _ in found] == ["pg_notify"]
     else:
         assert found == []
@@ -136,3 +136,17 @@ def test_statements_split_a_script_at_line_end_semicolons() -> None:
         "CREATE INDEX i\n    ON a (x)",
         "SELECT 1",
     ]
+
+
+def test_a_query_may_include_another_whole() -> None:
+    found = queries.parse(
+        "-- name: a\nSELECT 1\n\n-- name: b\n-- docs\n"
+        "WITH x AS (/* include: a */) SELECT * FROM x\n"
+    )
+    assert found["b"].endswith("WITH x AS (SELECT 1) SELECT * FROM x")
+    with pytest.raises(ValueError, match="includes 'c', which is not defined"):
+        queries.parse("-- name: a\nSELECT 1 /* include: c */\n")
+    with pytest.raises(ValueError, match="which includes another"):
+        queries.parse(
+            "-- name: a\nSELECT 1\n-- name: b\n/* include: a */\n-- name: c\n/* include: b */\n"
+        )

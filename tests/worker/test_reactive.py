@@ -102,6 +102,30 @@ def test_a_rolled_back_enqueue_wakes_nobody(store_url: str, tmp_path: Path) -> N
         app.close()
 
 
+def test_an_enqueue_wakes_the_workers_of_its_queues_however_many(store_url: str) -> None:
+    """Notification payloads are limited to 8000 bytes: an enqueue into more queues than
+    one payload can name wakes every worker; into a few, only theirs."""
+    app = plunder.App(store_url, poll_interval=5)
+    mine, other = threading.Event(), threading.Event()
+    try:
+        app.hub.on_work(["q-mine"], mine.set)
+        app.hub.on_work(["q-other"], other.set)
+        time.sleep(0.3)
+        mine.clear()  # the hub's first pass re-checks everything once
+        other.clear()
+        app.store.job_enqueue_many([JobSpec("add", [1, 2], queue="q-mine")])
+        assert mine.wait(2.0)
+        if store_url.startswith("postgresql"):  # SQLite's wake-up names no queue
+            assert not other.wait(0.3)
+        mine.clear()
+        other.clear()
+        many = [JobSpec("add", [i, i], queue=f"q-{i:03d}-{'x' * 100}") for i in range(100)]
+        app.store.job_enqueue_many(many)
+        assert mine.wait(2.0) and other.wait(2.0)
+    finally:
+        app.close()
+
+
 def test_a_worker_keeps_to_its_connection_budget(
     store: Store, store_url: str, workers: Workers
 ) -> None:

@@ -97,6 +97,7 @@ class Engine(ABC):
     dialect: str
     url: str
     notifies = False  # whether the database delivers NOTIFY to listeners
+    notifies_on_insert = False  # whether enqueues use job_insert_notify (one round trip)
 
     def __init__(
         self, *, busy_total: float = policy.BUSY_TOTAL, busy_interval: float = policy.BUSY_INTERVAL

@@ -6,12 +6,16 @@
   fencing rather than an isolation level.
 * Claims use ``FOR UPDATE SKIP LOCKED``; batches travel as arrays through ``unnest`` so a
   batch of any size is one statement.
-* No session-level state is relied on — no advisory locks, no temporary tables, no
-  server-side prepared statements (psycopg's automatic ones are turned off), and server
+* No session-level state is relied on — no advisory locks, no temporary tables, and server
   settings go in the ``options`` startup parameter or, where a pooler refuses it, inside
   each transaction — so the store keeps working behind pgbouncer in transaction mode, and
   the SQL stays close to what CockroachDB accepts. LISTEN is only an optimisation there:
   polling carries on alone.
+* Statements are prepared on the server after a few runs (psycopg's automatic prepared
+  statements: parsing and planning the claim cost more than running it). They are turned
+  off behind a transaction pooler that refuses startup options, and for good as soon as a
+  server says a prepared name is unknown or taken (a pooler that lends server connections
+  without tracking them); the transaction that met it is retried.
 * Serialization failures (40001), deadlocks (40P01) and lost connections retry the whole
   transaction after a fixed, jittered busy interval, up to a bounded total.
 * With ``call_timeout``, a transaction that has no answer after that many seconds (by this
@@ -50,6 +54,9 @@ from plunder.store.sqlbase import Row, SQLStore
 
 log = logging.getLogger("plunder.store")
 RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected, pg_errors.LockNotAvailable)
+# what a server says when a pooler mixed up psycopg's prepared statements between clients
+PREPARED_MIXUP = (pg_errors.InvalidSqlStatementName, pg_errors.DuplicatePreparedStatement)
+PREPARE_THRESHOLD = 5  # runs of a statement on one connection before psycopg prepares it
 
 
 def _socket(conn: psycopg.Connection[Any]) -> int:
@@ -358,6 +365,7 @@ class PgNotifications:
 class PostgresStore(SQLStore):
     dialect = "postgres"
     notifies = True
+    notifies_on_insert = True
 
     def __init__(
         self,
@@ -384,6 +392,7 @@ class PostgresStore(SQLStore):
         self._connect_timeout = connect_timeout
         self._application_name = application_name
         self._accepts_options: bool | None = None  # see _options_accepted
+        self._prepare = True  # see _prepare_threshold
         self._lock = threading.Lock()
         self._pool: ConnectionPool | None = None
         self._pid = os.getpid()
@@ -424,11 +433,8 @@ class PostgresStore(SQLStore):
             # a peer that stops acknowledging is dropped after this, instead
             # of hanging a call for the kernel's ~15 minutes
             "tcp_user_timeout": int(self._tcp_user_timeout * 1000),
-            # psycopg prepares a statement on the server after its fifth run, under a name
-            # of its own; behind a transaction pooler (pgbouncer before 1.21) the next
-            # transaction may land on a server connection where that name is unknown or
-            # taken ("prepared statement _pg3_0 already exists"). plunder's statements are
-            # short and planned cheaply: never prepare them.
+            # pooled connections prepare (see _prepare_threshold); the others run few
+            # statements, or are short-lived
             "prepare_threshold": None,
         }
 
@@ -486,11 +492,34 @@ class PostgresStore(SQLStore):
             settings = self._settings(self._statement_timeout)
             conn.per_transaction = None if self._options_accepted() else settings or None
 
+    def _prepare_threshold(self) -> int | None:
+        """psycopg prepares a statement on the server after a few runs, under a name of its
+        own, for the life of the connection. Behind a transaction pooler the next
+        transaction may land on another server connection, where that name is unknown or
+        taken ("prepared statement _pg3_0 does not exist"), unless the pooler tracks them
+        (pgbouncer 1.21 and later, with ``max_prepared_statements``). So: prepare on a
+        server that takes startup options (a pooler in transaction mode refuses them), and
+        never again once a server named such a mix-up (see ``_translate``)."""
+        if self._prepare and self._options_accepted():
+            return PREPARE_THRESHOLD
+        return None
+
     def _pool_kwargs(self) -> dict[str, Any]:
         kwargs = self._connection_kwargs()
+        options = []
         settings = self._settings(self._statement_timeout)
         if settings and self._options_accepted():
-            kwargs["options"] = _options(settings)
+            options.append(_options(settings))
+        if self._prepare_threshold() is not None:
+            # A prepared statement is planned afresh at every run while the server expects
+            # a custom plan to beat its generic one, which for the claim it always does:
+            # planning it (0.5-0.6 ms) then costs more than running it. plunder's
+            # statements are written for their indexes whatever the values, so they are
+            # planned once per connection. A task's own transaction prepares nothing (see
+            # _task_transaction), so this never touches a user's queries.
+            options.append("-c plan_cache_mode=force_generic_plan")
+        if options:
+            kwargs["options"] = " ".join(options)
         return kwargs
 
     @staticmethod
@@ -512,6 +541,7 @@ class PostgresStore(SQLStore):
             _deadline(self._deadlines, conn, self._call_timeout, self.url),
             conn.transaction(),
         ):
+            conn.prepare_threshold = self._prepare_threshold()
             tx = _Tx(conn, self.queries)
             self._limit(tx, conn)
             yield tx
@@ -525,6 +555,8 @@ class PostgresStore(SQLStore):
             _deadline(self._deadlines, conn, None, self.url),
             conn.transaction(),
         ):
+            # the user's statements are planned for their values, as on any connection
+            conn.prepare_threshold = None
             tx = _Tx(conn, self.queries)
             self._limit(tx, conn)
             yield tx
@@ -575,6 +607,13 @@ class PostgresStore(SQLStore):
             return errors.SchemaError(f"{self.url} has no plunder schema; run `plunder init`")
         if isinstance(exc, RETRYABLE):
             return errors.StoreBusy(message)
+        if isinstance(exc, PREPARED_MIXUP) and self._prepare:
+            log.warning(
+                "%s mixed up prepared statements (a transaction pooler?): no longer preparing them",
+                self.url,
+            )
+            self._prepare = False
+            return errors.StoreBusy(message)  # the transaction is retried, unprepared
         if isinstance(exc, psycopg.OperationalError):
             # a lost or refused connection: retried on a fresh connection from the pool
             return errors.StoreBusy(message)

@@ -1,5 +1,6 @@
 """Load a dialect's named-query file: ``-- name: NAME`` starts a query; comment lines that
-follow it are its documentation; everything up to the next name is its SQL."""
+follow it are its documentation; everything up to the next name is its SQL. A query may
+contain another one whole: ``/* include: NAME */`` stands for that query's SQL."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from functools import cache
 from importlib import resources
 
 _NAME = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"/\* include: ([a-z_][a-z0-9_]*) \*/")
 
 
 def parse(text: str) -> dict[str, str]:
@@ -22,7 +24,19 @@ def parse(text: str) -> dict[str, str]:
         if not "".join(code).strip(" \t;"):  # documentation alone is not a query
             raise ValueError(f"query {name!r} is empty")
         queries[name] = sql
-    return queries
+    return {name: _include(name, sql, queries) for name, sql in queries.items()}
+
+
+def _include(name: str, sql: str, queries: dict[str, str]) -> str:
+    def text(match: re.Match[str]) -> str:
+        other = match.group(1)
+        if other not in queries:
+            raise ValueError(f"query {name!r} includes {other!r}, which is not defined")
+        if _INCLUDE.search(queries[other]):
+            raise ValueError(f"query {name!r} includes {other!r}, which includes another")
+        return queries[other]
+
+    return _INCLUDE.sub(text, sql)
 
 
 @cache

@@ -63,6 +63,8 @@ class SQLStore(Maintenance, Reads):
         if not rows:
             return []
 
+        insert = "job_insert_notify" if self.notifies_on_insert else "job_insert"
+
         def op(tx: Tx) -> list[JobRecord]:
             clock = tx.clock(now)
             found: dict[int, Row] = {}
@@ -71,11 +73,12 @@ class SQLStore(Maintenance, Reads):
                 todo = [i for i in range(len(rows)) if i not in found]
                 if not todo:
                     break
-                inserted = tx.batch("job_insert", [rows[i] for i in todo], now=clock)
+                inserted = tx.batch(insert, [rows[i] for i in todo], now=clock)
                 found.update(self._match_inserted(tx, rows, todo, inserted, fresh))
             else:
                 raise errors.StoreBusy("idempotency keys kept changing state during enqueue")
-            self._notify(tx, CHANNEL_ENQUEUED, [str(found[i]["queue"]) for i in found])
+            if not self.notifies_on_insert:
+                self._notify(tx, CHANNEL_ENQUEUED, [str(found[i]["queue"]) for i in fresh])
             times: dict[Any, datetime] = {}  # a batch shares its created_at and most run_at
             return [
                 self._fresh(rows[i], found[i], times) if i in fresh else self._job(found[i])

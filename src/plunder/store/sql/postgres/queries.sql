@@ -62,6 +62,23 @@ ORDER BY u.ord
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
 RETURNING id, key, task, queue, created_at, run_at;
 
+-- name: job_insert_notify
+-- job_insert, which also wakes the workers of the queues it inserted into when the
+-- transaction commits: an enqueue makes one round trip fewer than with a separate notify.
+-- A list of queues too long for one notification (8000 bytes) says "*", every queue.
+-- The store uses it only where the database delivers notifications (Store.notifies).
+WITH inserted AS (
+/* include: job_insert */
+),
+woken AS (
+    SELECT pg_notify(
+        'plunder_enqueued', CASE WHEN octet_length(names) < 7900 THEN names ELSE '*' END
+    )
+    FROM (SELECT string_agg(DISTINCT queue, ',') AS names FROM inserted) AS q
+    WHERE names IS NOT NULL
+)
+SELECT inserted.* FROM inserted LEFT JOIN woken ON true;
+
 -- name: job_get_active_by_keys
 SELECT * FROM plunder_jobs
 WHERE key = ANY(%(keys)s::text[]) AND status IN ('pending', 'running');

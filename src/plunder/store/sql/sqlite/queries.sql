@@ -49,6 +49,11 @@ INSERT INTO plunder_jobs (
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
 RETURNING id, key, task, queue, created_at, run_at;
 
+-- name: job_insert_notify
+-- SQLite has no NOTIFY (see notify): job_insert as it is, never sent; it exists so that
+-- both dialects name the same operations.
+/* include: job_insert */;
+
 -- name: job_get_active_by_keys
 SELECT * FROM plunder_jobs
 WHERE key IN (SELECT value FROM json_each(:keys)) AND status IN ('pending', 'running');

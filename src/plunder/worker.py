@@ -55,6 +55,7 @@ from plunder.store import Store, open_store
 log = logging.getLogger("plunder.worker")
 STREAM_INTERVAL = 0.05
 ACK_BATCH = 200
+ACK_LINGER = 0.002  # seconds a turn may wait for more results to send with it
 RECONNECT_CAP = 5.0
 MIN_WAIT = 0.05  # a due job we could not claim (locked, or left to other workers): look again
 
@@ -256,6 +257,7 @@ class Worker:
         if self._session_lost.is_set():
             self._renew_session()
         self._collect(block=False)
+        self._linger()
         self._enforce_deadlines()
         self._give_back_unknown()
         free = 0 if self._stop.is_set() else self.options.concurrency - len(self._running)
@@ -265,6 +267,21 @@ class Worker:
         if claimed:
             return  # there may be more work right now
         self._collect(block=True, timeout=self._wait_time())
+
+    def _linger(self) -> None:
+        """With results to send but most slots still busy, wait a moment (ACK_LINGER at
+        most) for more to finish, so that they share one transaction: a turn costs about
+        the same for one job as for fifty, and short jobs otherwise come back a few at a
+        time, each few paying for a whole turn."""
+        if not (self._completions or self._failures) or self._stop.is_set():
+            return
+        enough = self.options.concurrency // 2
+        deadline = time.monotonic() + ACK_LINGER
+        while self.options.concurrency - len(self._running) < enough:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._collect(block=True, timeout=left)
 
     def _wait_time(self) -> float:
         """Until an outcome or a wake-up arrives, but no longer than the poll interval, the

@@ -366,6 +366,7 @@ class PostgresStore(SQLStore):
     dialect = "postgres"
     notifies = True
     notifies_on_insert = True
+    claim_opens_runs = True
 
     def __init__(
         self,

@@ -405,7 +405,7 @@ class SQLStore(Maintenance, Reads):
             if queues and tasks
             else []
         )
-        if rows:
+        if rows and not self.claim_opens_runs:
             tx.batch(
                 "run_open",
                 [
@@ -414,7 +414,7 @@ class SQLStore(Maintenance, Reads):
                 ],
                 now=clock,
             )
-        elif tx.one("session_alive", session_id=session_id, now=clock) is None:
+        elif not rows and tx.one("session_alive", session_id=session_id, now=clock) is None:
             raise errors.SessionGone(f"session {session_id} has expired or was closed")
         return rows
 

@@ -129,20 +129,29 @@ chosen AS (
         FROM picked
     ) AS p
     WHERE p.losses < %(suspect_losses)s OR p.suspects = 1
+),
+claimed AS (
+    UPDATE plunder_jobs AS j
+    SET status = 'running',
+        attempt = j.attempt + 1,
+        session_id = %(session_id)s,
+        started_at = clock.now,
+        finished_at = NULL,
+        deadline_at = clock.now + j.timeout * interval '1 second'
+    FROM chosen, clock
+    WHERE j.id = chosen.id
+    RETURNING j.*
+),
+-- the history row of each claimed attempt, in the same statement (run_open is not needed)
+opened AS (
+    INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at)
+    SELECT c.id, c.attempt, s.id, s.name, s.host, s.pid, c.started_at
+    FROM claimed AS c JOIN plunder_sessions AS s ON s.id = %(session_id)s
 )
-UPDATE plunder_jobs AS j
-SET status = 'running',
-    attempt = j.attempt + 1,
-    session_id = %(session_id)s,
-    started_at = clock.now,
-    finished_at = NULL,
-    deadline_at = clock.now + j.timeout * interval '1 second'
-FROM chosen, clock
-WHERE j.id = chosen.id
-RETURNING j.*;
+SELECT * FROM claimed;
 
 -- name: run_open
--- batch. One history row per claimed attempt.
+-- batch. One history row per claimed attempt (job_claim_many writes them itself here).
 INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at)
 SELECT j.id, j.attempt, s.id, s.name, s.host, s.pid, j.started_at
 FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[])
@@ -414,14 +423,20 @@ WHERE j.id = due.id
 RETURNING j.id, j.attempt, j.status, j.queue;
 
 -- name: job_prune_many
-WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
-DELETE FROM plunder_jobs
-WHERE id IN (
-    SELECT j.id FROM plunder_jobs AS j, clock
-    WHERE j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
-      AND j.finished_at < clock.now - %(older_than)s * interval '1 second'
-    ORDER BY j.id LIMIT %(limit)s)
-RETURNING id;
+-- Deletes finished jobs past retention, with their runs and events.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
+gone AS (
+    DELETE FROM plunder_jobs
+    WHERE id IN (
+        SELECT j.id FROM plunder_jobs AS j, clock
+        WHERE j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+          AND j.finished_at < clock.now - %(older_than)s * interval '1 second'
+        ORDER BY j.id LIMIT %(limit)s)
+    RETURNING id
+),
+runs AS (DELETE FROM plunder_runs WHERE job_id IN (SELECT id FROM gone)),
+events AS (DELETE FROM plunder_events WHERE job_id IN (SELECT id FROM gone))
+SELECT id FROM gone;
 
 -- name: lease_check
 -- The fence for janitor writes: the caller still holds the lease under this term. FOR

@@ -37,7 +37,6 @@ CREATE INDEX plunder_jobs_claim ON plunder_jobs (priority DESC, run_at, id)
     WHERE status = 'pending';
 CREATE INDEX plunder_jobs_pending_run_at ON plunder_jobs (run_at) WHERE status = 'pending';
 CREATE INDEX plunder_jobs_running ON plunder_jobs (session_id) WHERE status = 'running';
-CREATE INDEX plunder_jobs_deadline ON plunder_jobs (deadline_at) WHERE status = 'running';
 -- An idempotency key names at most one active job.
 CREATE UNIQUE INDEX plunder_jobs_key ON plunder_jobs (key)
     WHERE key IS NOT NULL AND status IN ('pending', 'running');

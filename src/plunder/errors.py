@@ -80,6 +80,12 @@ class StoreUnavailable(StoreError):
     """The database cannot be reached."""
 
 
+class OutcomeUnknown(StoreError):
+    """The connection was lost while the database committed a write that is not safe to
+    repeat (an enqueue without idempotency keys): it may or may not have been stored.
+    Enqueue with ``key=`` to make a retry safe."""
+
+
 class StoreFull(StoreError):
     """The database has no room left to write (disk full or file size limit)."""
 

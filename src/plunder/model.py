@@ -108,6 +108,8 @@ class Completion:
     result: Any = None
     logs: tuple[str, ...] = ()
     effects: Callable[[Any], None] | None = None
+    # ``result`` as JSON text, where the caller already encoded (and so checked) it
+    encoded: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -419,12 +419,12 @@ class Worker:
 
     def _succeeded(self, handle: Handle, result: Any) -> None:
         try:
-            payload.encode(result, what=f"result of {handle.task.name}")
+            text = payload.encode(result, what=f"result of {handle.task.name}")
         except errors.PayloadError as exc:
             self._failures.append(self._failure(handle, ErrorInfo.from_exception(exc), None))
             return
         self._completions.append(
-            Completion(handle.ctx.claim, result, logs=tuple(handle.ctx.log_lines))
+            Completion(handle.ctx.claim, result, logs=tuple(handle.ctx.log_lines), encoded=text)
         )
 
     def _failed(self, handle: Handle, outcome: Outcome) -> None:

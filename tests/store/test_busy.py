@@ -326,3 +326,46 @@ def test_postgres_endless_serialization_failures_end_in_store_busy(store_url: st
         assert count_jobs(store_url) == 0
     finally:
         store.close()
+
+
+def _lose_connection_at_commit(url: str, times: int) -> None:
+    """The first ``times`` commits that insert a job lose their connection at COMMIT (the
+    backend is terminated from a deferred trigger): the client gets no answer."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE SEQUENCE chaos_calls")
+        conn.execute(
+            f"""
+            CREATE FUNCTION chaos_cut() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF nextval('chaos_calls') <= {int(times)} THEN
+                    PERFORM pg_terminate_backend(pg_backend_pid());
+                    PERFORM pg_sleep(1);  -- the termination lands here
+                END IF;
+                RETURN NULL;
+            END $$
+            """
+        )
+        conn.execute(
+            "CREATE CONSTRAINT TRIGGER chaos AFTER INSERT ON plunder_jobs "
+            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION chaos_cut()"
+        )
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_an_enqueue_whose_commit_went_unanswered_is_not_repeated(store_url: str) -> None:
+    """A retry after a lost COMMIT could store the jobs twice (the first one may have
+    committed): without keys the store says the outcome is unknown instead; with keys it
+    retries, and a key inserts at most once."""
+    store = plunder.open_store(store_url, busy_interval=0.01)
+    store.migrate()
+    _lose_connection_at_commit(store_url, times=2)
+    try:
+        with pytest.raises(errors.OutcomeUnknown, match="may or may not be stored"):
+            store.job_enqueue_many([JobSpec("t", [1]), JobSpec("t", [2], key="k2")])
+        assert chaos_calls(store_url) == 1  # tried once, not repeated
+        keyed = store.job_enqueue_many([JobSpec("t", [3], key="k3")])
+        assert chaos_calls(store_url) == 3  # cut once more, then retried and committed
+        assert [j.args for j in keyed] == [[3]]
+        assert count_jobs(store_url) == 1
+    finally:
+        store.close()

@@ -176,35 +176,66 @@ class Engine(ABC):
         return None if row is None or row["due_in"] is None else float(row["due_in"])
 
     # -- the transaction runner -----------------------------------------------------------
-    def _run(self, op: Callable[[Tx], T], *, write: bool = True, conn: Any = None) -> T:
+    def _run(
+        self,
+        op: Callable[[Tx], T],
+        *,
+        write: bool = True,
+        conn: Any = None,
+        repeatable: bool = True,
+    ) -> T:
+        """Run ``op`` in a transaction, retried whole while the database is busy.
+
+        ``repeatable=False``: running ``op`` twice would write twice (an enqueue without
+        keys). A connection lost while committing leaves the outcome unknown, and then
+        this raises OutcomeUnknown instead of running it again."""
         if conn is not None:
             return self._once(op, self._joined(conn))
         # made at the first busy answer (its budget starts there anyway): it seeds a random
         # generator from the OS, which costs more than the rest of a short transaction
         backoff: policy.BusyBackoff | None = None
         while True:
+            committing = False
             try:
                 with self._transaction(write=write) as tx:
-                    return op(tx)
-            except errors.StoreBusy as exc:
+                    result = op(tx)
+                    committing = True
+                return result
+            except (errors.PlunderError, _EffectsFailed) as exc:
+                if not isinstance(exc, errors.StoreBusy):
+                    raise
                 # raised by the driver itself (SQLite BUSY while opening a connection) or by
                 # op: retried like a busy error from the database
                 busy, cause = exc, exc.__cause__
-            except (errors.PlunderError, _EffectsFailed):
-                raise
             except Exception as exc:
-                translated = self._translate(exc)
-                if translated is None:
-                    raise
-                if not isinstance(translated, errors.StoreBusy):
-                    raise translated from exc
-                busy, cause = translated, exc
+                busy, cause = self._busy(exc), exc
+            if committing and not repeatable and self._commit_lost(cause):
+                raise errors.OutcomeUnknown(
+                    f"{self.url}: the connection was lost while committing, so this write "
+                    f"may or may not be stored ({str(busy).strip()}); enqueue with "
+                    "key=... to make a retry safe"
+                ) from cause
             if backoff is None:
                 backoff = policy.BusyBackoff(interval=self.busy_interval, total=self.busy_total)
             wait = backoff.next_wait()
             if wait is None:
                 raise busy from cause
             time.sleep(wait)
+
+    def _busy(self, exc: Exception) -> errors.StoreBusy:
+        """A driver error as StoreBusy (to retry), or raised as the error it means."""
+        translated = self._translate(exc)
+        if translated is None:
+            raise exc
+        if not isinstance(translated, errors.StoreBusy):
+            raise translated from exc
+        return translated
+
+    def _commit_lost(self, exc: BaseException | None) -> bool:
+        """Whether ``exc``, raised by COMMIT, leaves it unknown whether the transaction
+        committed (a lost connection; not an answer such as a serialization failure, which
+        says it did not)."""
+        return False
 
     def _run_on(self, op: Callable[[Tx], T], conn: Any) -> T:
         """One transaction on a connection the caller owns (the hub's), not retried: the

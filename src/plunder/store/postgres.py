@@ -620,6 +620,14 @@ class PostgresStore(SQLStore):
             return errors.StoreBusy(message)
         return errors.StoreError(message)
 
+    def _commit_lost(self, exc: BaseException | None) -> bool:
+        # A lost connection (no SQLSTATE, or class 08), or a server that ended the backend
+        # (57P01-57P03: it may have committed just before): the answer never came.
+        if not isinstance(exc, psycopg.OperationalError):
+            return False
+        state = exc.sqlstate
+        return state is None or state.startswith(("08", "57P"))
+
     def _time(self, value: Any) -> datetime:
         if not isinstance(value, datetime):
             raise errors.StoreError(f"expected a timestamp from the database, got {value!r}")

@@ -85,7 +85,8 @@ class SQLStore(Maintenance, Reads):
                 for i in range(len(rows))
             ]
 
-        return self._run(op, conn=conn)
+        # a keyed job inserts at most once however often the transaction runs
+        return self._run(op, conn=conn, repeatable=all(row["key"] for row in rows))
 
     def _fresh(self, row: dict[str, Any], inserted: Row, times: dict[Any, datetime]) -> JobRecord:
         """The record of a job just inserted, from what we inserted (decoded from the very
@@ -499,7 +500,12 @@ class SQLStore(Maintenance, Reads):
 
     def _encode_results(self, completions: Sequence[Completion]) -> list[tuple[Completion, str]]:
         return [
-            (c, payload.encode(c.result, what=f"result of job {c.claim.job_id}"))
+            (
+                c,
+                c.encoded
+                if c.encoded is not None
+                else payload.encode(c.result, what=f"result of job {c.claim.job_id}"),
+            )
             for c in completions
         ]
 

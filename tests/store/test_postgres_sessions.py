@@ -79,6 +79,9 @@ def test_the_statement_timeout_bounds_every_transaction(
     try:
         with store.transaction() as conn:
             assert conn.execute("SHOW statement_timeout").fetchone() == ("250ms",)
+            # JIT compiled the claim on a deep queue for 50 ms a call (its estimate passed
+            # jit_above_cost): plunder's transactions never JIT
+            assert conn.execute("SHOW jit").fetchone() == ("off",)
         with pytest.raises(psycopg.errors.QueryCanceled), store.transaction() as conn:
             conn.execute("SELECT pg_sleep(2)")  # the block's own error passes through as is
         notes = store.notifications(listen=False, application_name="t", statement_timeout=0.25)

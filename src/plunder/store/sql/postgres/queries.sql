@@ -10,11 +10,13 @@
 SELECT statement_timestamp() AS now;
 
 -- name: settings_set
--- This transaction's timeouts (milliseconds; 0 = none), where the server refused them as
--- startup options (a transaction pooler). set_config(name, v, true) ends with the
--- transaction, like SET LOCAL, so nothing stays on a server connection others share.
+-- This transaction's timeouts (milliseconds; 0 = none), and no JIT (see _pool_kwargs),
+-- where the server refused them as startup options (a transaction pooler).
+-- set_config(name, v, true) ends with the transaction, like SET LOCAL, so nothing stays on
+-- a server connection others share.
 SELECT set_config('statement_timeout', %(statement_timeout)s, true),
-       set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true);
+       set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true),
+       set_config('jit', 'off', true);
 
 -- name: schema_table_exists
 SELECT count(*) AS n FROM pg_catalog.pg_tables

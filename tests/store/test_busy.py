@@ -246,18 +246,18 @@ def test_postgres_lost_connection_is_store_busy_without_retry_budget(store_url: 
 
 
 # -- PostgreSQL: serialization failures at COMMIT, as CockroachDB raises them --------------------
-def inject_40001(url: str, table: str, event: str, failures: int) -> None:
-    """Make the first ``failures`` commits that ``event`` a row of ``table`` fail with
-    SQLSTATE 40001 at COMMIT. The countdown is a sequence: nextval() is not rolled back."""
+def inject_at_commit(url: str, table: str, event: str, times: int, action: str) -> None:
+    """Run the PL/pgSQL ``action`` at COMMIT of the first ``times`` transactions that
+    ``event`` a row of ``table`` (a deferred constraint trigger). The countdown is a
+    sequence: nextval() is not rolled back."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE SEQUENCE chaos_calls")
         conn.execute(
             f"""
-            CREATE FUNCTION chaos_40001() RETURNS trigger LANGUAGE plpgsql AS $$
+            CREATE FUNCTION chaos_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
-                IF nextval('chaos_calls') <= {int(failures)} THEN
-                    RAISE EXCEPTION 'injected serialization failure'
-                        USING ERRCODE = '40001';
+                IF nextval('chaos_calls') <= {int(times)} THEN
+                    {action}
                 END IF;
                 RETURN NULL;
             END $$
@@ -265,8 +265,20 @@ def inject_40001(url: str, table: str, event: str, failures: int) -> None:
         )
         conn.execute(
             f"CREATE CONSTRAINT TRIGGER chaos AFTER {event} ON {table} "
-            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION chaos_40001()"
+            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION chaos_at_commit()"
         )
+
+
+def inject_40001(url: str, table: str, event: str, failures: int) -> None:
+    """Make the first ``failures`` commits that ``event`` a row of ``table`` fail with
+    SQLSTATE 40001 at COMMIT."""
+    inject_at_commit(
+        url,
+        table,
+        event,
+        failures,
+        "RAISE EXCEPTION 'injected serialization failure' USING ERRCODE = '40001';",
+    )
 
 
 def chaos_calls(url: str) -> int:
@@ -331,24 +343,14 @@ def test_postgres_endless_serialization_failures_end_in_store_busy(store_url: st
 def _lose_connection_at_commit(url: str, times: int) -> None:
     """The first ``times`` commits that insert a job lose their connection at COMMIT (the
     backend is terminated from a deferred trigger): the client gets no answer."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE SEQUENCE chaos_calls")
-        conn.execute(
-            f"""
-            CREATE FUNCTION chaos_cut() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                IF nextval('chaos_calls') <= {int(times)} THEN
-                    PERFORM pg_terminate_backend(pg_backend_pid());
-                    PERFORM pg_sleep(1);  -- the termination lands here
-                END IF;
-                RETURN NULL;
-            END $$
-            """
-        )
-        conn.execute(
-            "CREATE CONSTRAINT TRIGGER chaos AFTER INSERT ON plunder_jobs "
-            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION chaos_cut()"
-        )
+    inject_at_commit(
+        url,
+        "plunder_jobs",
+        "INSERT",
+        times,
+        # the termination lands in the sleep
+        "PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(1);",
+    )
 
 
 @pytest.mark.parametrize("backend", ["postgres"])

@@ -97,7 +97,6 @@ class Engine(ABC):
     dialect: str
     url: str
     notifies = False  # whether the database delivers NOTIFY to listeners
-    notifies_on_insert = False  # whether enqueues use job_insert_notify (one round trip)
     claim_opens_runs = False  # whether job_claim_many writes the runs (else run_open does)
 
     def __init__(

@@ -365,7 +365,6 @@ class PgNotifications:
 class PostgresStore(SQLStore):
     dialect = "postgres"
     notifies = True
-    notifies_on_insert = True
     claim_opens_runs = True
 
     def __init__(

@@ -35,7 +35,6 @@ from plunder.states import Outcome, Status
 from plunder.store import convert
 from plunder.store.engine import (
     CHANNEL_DONE,
-    CHANNEL_ENQUEUED,
     CHANNEL_STREAM,
     MAX_BATCH,
     MAX_ENQUEUE,
@@ -63,7 +62,8 @@ class SQLStore(Maintenance, Reads):
         if not rows:
             return []
 
-        insert = "job_insert_notify" if self.notifies_on_insert else "job_insert"
+        # where the database delivers NOTIFY, the insert statement sends the wake-up itself
+        insert = "job_insert_notify" if self.notifies else "job_insert"
 
         def op(tx: Tx) -> list[JobRecord]:
             clock = tx.clock(now)
@@ -77,8 +77,6 @@ class SQLStore(Maintenance, Reads):
                 found.update(self._match_inserted(tx, rows, todo, inserted, fresh))
             else:
                 raise errors.StoreBusy("idempotency keys kept changing state during enqueue")
-            if not self.notifies_on_insert:
-                self._notify(tx, CHANNEL_ENQUEUED, [str(found[i]["queue"]) for i in fresh])
             times: dict[Any, datetime] = {}  # a batch shares its created_at and most run_at
             return [
                 self._fresh(rows[i], found[i], times) if i in fresh else self._job(found[i])

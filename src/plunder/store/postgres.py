@@ -41,7 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 try:
     import psycopg
     from psycopg import errors as pg_errors
-    from psycopg.rows import dict_row
+    from psycopg.rows import dict_row, tuple_row
     from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(
@@ -146,6 +146,13 @@ class _Tx:
     def one(self, name: str, /, **params: Any) -> Row | None:
         rows = self.all(name, **params)
         return rows[0] if rows else None
+
+    def table(self, name: str, /, **params: Any) -> tuple[list[str], list[Sequence[Any]]]:
+        with self.conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(self._sql[name], params)
+            if cur.description is None:
+                return [], []
+            return [column.name for column in cur.description], list(cur.fetchall())
 
     def batch(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> list[Row]:
         if not rows:

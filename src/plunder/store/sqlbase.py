@@ -48,6 +48,8 @@ from plunder.store.reads import Reads
 
 __all__ = ["Row", "SQLStore"]
 
+Claimed = tuple[list[str], list[Sequence[Any]]]  # a claim's column names and rows
+
 
 class SQLStore(Maintenance, Reads):
     """Every operation of :class:`plunder.store.base.Store`, over named queries."""
@@ -316,7 +318,7 @@ class SQLStore(Maintenance, Reads):
         now: Now = None,
     ) -> list[JobRecord]:
         self._check_claim(queues, limit)
-        rows = self._run(
+        claimed = self._run(
             lambda tx: self._claim(
                 tx,
                 session_id,
@@ -327,7 +329,7 @@ class SQLStore(Maintenance, Reads):
                 clock=tx.clock(now),
             )
         )
-        return self._claimed(rows)
+        return self._claimed(claimed)
 
     def job_exchange_many(
         self,
@@ -351,11 +353,11 @@ class SQLStore(Maintenance, Reads):
         plain = self._encode_results(completions)
         fail_rows = self._failure_rows(failures)
 
-        def op(tx: Tx) -> tuple[AckResult, AckResult, list[Row]]:
+        def op(tx: Tx) -> tuple[AckResult, AckResult, Claimed]:
             clock = tx.clock(now)
             ok, refused = self._complete(tx, plain, now) if plain else ([], [])
             failed = self._fail(tx, failures, fail_rows, clock) if failures else AckResult((), ())
-            rows = (
+            claimed = (
                 self._claim(
                     tx,
                     session_id,
@@ -366,12 +368,12 @@ class SQLStore(Maintenance, Reads):
                     clock=clock,
                 )
                 if limit
-                else []
+                else ([], [])
             )
-            return AckResult(tuple(ok), tuple(refused)), failed, rows
+            return AckResult(tuple(ok), tuple(refused)), failed, claimed
 
-        completed, failed, rows = self._run(op)
-        return Exchange(completed, failed, tuple(self._claimed(rows)))
+        completed, failed, claimed = self._run(op)
+        return Exchange(completed, failed, tuple(self._claimed(claimed)))
 
     def _check_claim(self, queues: Sequence[str], limit: int) -> None:
         for queue in queues:
@@ -389,9 +391,14 @@ class SQLStore(Maintenance, Reads):
         limit: int,
         take_suspect: bool,
         clock: Any,
-    ) -> list[Row]:
-        rows = (
-            tx.all(
+    ) -> Claimed:
+        """Claim in ``tx``: the column names and the claimed rows, made into records by
+        :meth:`_claimed` after the transaction (SQLite holds its write lock until then)."""
+        if not (queues and tasks):
+            names: list[str] = []
+            rows: list[Sequence[Any]] = []
+        else:
+            names, rows = tx.table(
                 "job_claim_many",
                 session_id=session_id,
                 queues=self._list_in(list(queues)),
@@ -401,24 +408,20 @@ class SQLStore(Maintenance, Reads):
                 suspect_losses=SUSPECT_LOSSES,
                 now=clock,
             )
-            if queues and tasks
-            else []
-        )
         if rows and not self.claim_opens_runs:
-            tx.batch(
+            i_id = names.index("id")
+            tx.all(
                 "run_open",
-                [
-                    {"job_id": r["id"], "attempt": r["attempt"], "session_id": session_id}
-                    for r in rows
-                ],
-                now=clock,
+                job_ids=self._list_in([row[i_id] for row in rows]),
+                session_id=session_id,
             )
         elif not rows and tx.one("session_alive", session_id=session_id, now=clock) is None:
             raise errors.SessionGone(f"session {session_id} has expired or was closed")
-        return rows
+        return names, rows
 
-    def _claimed(self, rows: list[Row]) -> list[JobRecord]:
-        jobs = [self._job(row) for row in rows]
+    def _claimed(self, claimed: Claimed) -> list[JobRecord]:
+        names, rows = claimed
+        jobs = self._jobs(names, rows) if rows else []
         jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
         return jobs
 

@@ -137,6 +137,14 @@ class _Tx:
         row: Row | None = self.conn.execute(self._sql[name], params).fetchone()
         return row
 
+    def table(self, name: str, /, **params: Any) -> tuple[list[str], list[Sequence[Any]]]:
+        cur = self.conn.cursor()
+        cur.row_factory = None  # plain tuples
+        cur.execute(self._sql[name], params)
+        rows: list[Sequence[Any]] = cur.fetchall()
+        names = [column[0] for column in cur.description or ()]
+        return names, rows
+
     def batch(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> list[Row]:
         sql = self._sql[name]
         if not rows:

@@ -153,13 +153,14 @@ opened AS (
 SELECT * FROM claimed;
 
 -- name: run_open
--- batch. One history row per claimed attempt (job_claim_many writes them itself here).
+-- One history row per attempt just claimed (job_claim_many writes them itself here, so
+-- this is unused on PostgreSQL; it names the same operation as in the SQLite queries).
 INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at)
 SELECT j.id, j.attempt, s.id, s.name, s.host, s.pid, j.started_at
-FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[])
-         AS u(job_id, attempt, session_id)
-JOIN plunder_jobs AS j ON j.id = u.job_id AND j.attempt = u.attempt
-JOIN plunder_sessions AS s ON s.id = u.session_id;
+FROM plunder_sessions AS s
+JOIN plunder_jobs AS j ON j.id = ANY(%(job_ids)s::bigint[])
+     AND j.session_id = s.id AND j.status = 'running'
+WHERE s.id = %(session_id)s;
 
 -- name: run_finish
 -- batch. Closes a run that is still open; a run already closed keeps its first outcome.

@@ -107,11 +107,12 @@ AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at
 RETURNING *;
 
 -- name: run_open
--- batch. One history row per claimed attempt.
+-- One history row per attempt just claimed (:job_ids, a JSON list), in one statement.
 INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at)
 SELECT j.id, j.attempt, s.id, s.name, s.host, s.pid, j.started_at
-FROM plunder_jobs AS j, plunder_sessions AS s
-WHERE j.id = :job_id AND j.attempt = :attempt AND s.id = :session_id;
+FROM plunder_sessions AS s, plunder_jobs AS j
+WHERE s.id = :session_id AND j.id IN (SELECT value FROM json_each(:job_ids))
+  AND j.session_id = :session_id AND j.status = 'running';
 
 -- name: run_finish
 -- batch. Closes a run that is still open; a run already closed keeps its first outcome.

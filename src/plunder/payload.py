@@ -39,10 +39,8 @@ def encode(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES)
         raise errors.PayloadError(f"{what} is not JSON-serializable: {exc}") from exc
     except RecursionError as exc:
         raise errors.PayloadError(f"{what} is nested too deeply") from exc
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise errors.PayloadError(f"{what} contains text that is not valid Unicode: {exc}") from exc
+    # most payloads are ASCII: one byte per character, and no lone surrogates
+    size = len(text) if text.isascii() else _utf8_size(text, what)
     if size > limit:
         raise errors.PayloadError(f"{what} is {size} bytes of JSON; the limit is {limit}")
     # Python's JSON decoder recurses too: a payload nested nearly to the recursion limit
@@ -50,6 +48,13 @@ def encode(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES)
     if text.count("[") + text.count("{") > MAX_NESTING and _too_deep(value):
         raise errors.PayloadError(f"{what} is nested more than {MAX_NESTING} levels deep")
     return text
+
+
+def _utf8_size(text: str, what: str) -> int:
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise errors.PayloadError(f"{what} contains text that is not valid Unicode: {exc}") from exc
 
 
 def _too_deep(value: Any) -> bool:
@@ -81,6 +86,22 @@ def decode(text: str | None) -> Any:
     if text == "{}":
         return {}
     return _decoder.decode(text)
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def copy_or_decode(value: Any, text: str) -> Any:
+    """What ``text``, the encoding of ``value``, decodes to: a list or dict of plain
+    scalars is copied instead of parsed (the common arguments decode to equal values, and
+    copying costs a fraction of parsing); anything else is decoded."""
+    kind = type(value)
+    if kind is list or kind is tuple:
+        if all(type(item) in _SCALARS for item in value):
+            return list(value)
+    elif kind is dict and all(type(item) in _SCALARS for item in value.values()):
+        return dict(value)
+    return decode(text)
 
 
 def parse(text: str, *, what: str = "JSON") -> Any:

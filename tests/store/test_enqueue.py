@@ -49,6 +49,19 @@ def test_key_names_at_most_one_active_job(store: Store) -> None:
     assert store.queue_stats()[0].counts["pending"] == 2
 
 
+def test_keys_repeated_across_a_large_batch(store: Store) -> None:
+    # SQLite inserts a batch in statements of several hundred rows: repeats within one
+    # statement and across two must both name the first job with the key
+    specs = [JobSpec("t", [i], key=f"k{i % 700}") for i in range(1201)]
+    jobs = store.job_enqueue_many(specs)
+    assert [j.args for j in jobs[:700]] == [[i] for i in range(700)]
+    assert [j.id for j in jobs[700:]] == [j.id for j in jobs[:501]]
+    assert all(j.key == f"k{i % 700}" for i, j in enumerate(jobs))
+    assert len({j.id for j in jobs}) == 700
+    assert store.queue_stats()[0].counts["pending"] == 700
+    assert all(store.job_get(j.id) == j for j in jobs[:3] + jobs[-3:])
+
+
 def test_key_is_free_again_once_the_job_finished(store: Store) -> None:
     from tests.store.helpers import claim, complete, open_session
 

@@ -226,3 +226,33 @@ def test_check_key_passes_none_through() -> None:
 def test_check_key_rejects_empty_long_or_unprintable_keys(key: Any) -> None:
     with pytest.raises(errors.InvalidName, match="invalid idempotency key"):
         payload.check_key(key)
+
+
+plain_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+
+
+@given(
+    st.lists(plain_scalars, max_size=8)
+    | st.tuples(plain_scalars, plain_scalars)
+    | st.dictionaries(st.text(max_size=10), plain_scalars, max_size=5)
+    | json_values
+)
+def test_copy_or_decode_gives_what_the_stored_text_decodes_to(value: Any) -> None:
+    text = payload.encode(value)
+    got = payload.copy_or_decode(value, text)
+    expected = payload.decode(text)
+    assert got == expected
+    assert type(got) is type(expected)
+    if isinstance(got, list | dict):
+        assert got is not value  # the caller's later changes do not reach the record
+        items = got.values() if isinstance(got, dict) else got
+        wanted = expected.values() if isinstance(expected, dict) else expected
+        assert [type(i) for i in items] == [type(i) for i in wanted]
+        if isinstance(got, dict):
+            assert list(got) == list(expected)

@@ -81,16 +81,20 @@ class SQLStore(Maintenance, Reads):
                 raise errors.StoreBusy("idempotency keys kept changing state during enqueue")
             times: dict[Any, datetime] = {}  # a batch shares its created_at and most run_at
             return [
-                self._fresh(rows[i], found[i], times) if i in fresh else self._job(found[i])
+                self._fresh(rows[i], specs[i], found[i], times)
+                if i in fresh
+                else self._job(found[i])
                 for i in range(len(rows))
             ]
 
         # a keyed job inserts at most once however often the transaction runs
         return self._run(op, conn=conn, repeatable=all(row["key"] for row in rows))
 
-    def _fresh(self, row: dict[str, Any], inserted: Row, times: dict[Any, datetime]) -> JobRecord:
-        """The record of a job just inserted, from what we inserted (decoded from the very
-        JSON text stored) and what the database assigned (id and times)."""
+    def _fresh(
+        self, row: dict[str, Any], spec: JobSpec, inserted: Row, times: dict[Any, datetime]
+    ) -> JobRecord:
+        """The record of a job just inserted, from what we inserted (what the stored JSON
+        text decodes to) and what the database assigned (id and times)."""
         run_at, created_at = inserted["run_at"], inserted["created_at"]
         if run_at not in times:
             times[run_at] = self._time(run_at)
@@ -100,8 +104,8 @@ class SQLStore(Maintenance, Reads):
             id=int(inserted["id"]),
             queue=row["queue"],
             task=row["task"],
-            args=payload.decode(row["args"]),
-            kwargs=payload.decode(row["kwargs"]),
+            args=payload.copy_or_decode(spec.args, row["args"]),
+            kwargs=payload.copy_or_decode(spec.kwargs, row["kwargs"]),
             priority=row["priority"],
             status=Status.PENDING,
             attempt=0,

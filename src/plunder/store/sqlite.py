@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -153,10 +155,28 @@ class _Tx:
             # no rows to read back: let sqlite3 loop in C
             self.conn.executemany(sql, [{**common, **row} for row in rows])
             return []
+        multi = _multirow(sql)
+        if multi is not None:
+            return self._insert_rows(multi, rows, common)
         out: list[Row] = []
         execute = self.conn.execute
         for row in rows:
             out.extend(execute(sql, {**common, **row}).fetchall())
+        return out
+
+    def _insert_rows(
+        self, multi: _MultiRow, rows: Sequence[Mapping[str, Any]], common: Mapping[str, Any]
+    ) -> list[Row]:
+        """An ``INSERT … VALUES (…) RETURNING`` over many rows as one statement per chunk
+        of MULTIROW_CHUNK rows, with positional parameters: per row, SQLite then only
+        inserts (one statement each would also re-bind every name and re-run each
+        statement's one-off setup)."""
+        out: list[Row] = []
+        pick = multi.pick
+        for start in range(0, len(rows), MULTIROW_CHUNK):
+            chunk = rows[start : start + MULTIROW_CHUNK]
+            params = [value for row in chunk for value in pick({**common, **row})]
+            out.extend(self.conn.execute(multi.sql(len(chunk)), params).fetchall())
         return out
 
     def batch_count(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> int:
@@ -172,6 +192,47 @@ class _Tx:
 
     def script(self, sql: str) -> None:
         self.conn.execute(sql)
+
+
+MULTIROW_CHUNK = 500  # rows per INSERT statement (far below SQLite's parameter limit)
+_VALUES = re.compile(r"\bVALUES\s*(\((?:[^()]|\([^()]*\))*\))", re.IGNORECASE)
+_NAME = re.compile(r":([A-Za-z_][A-Za-z0-9_]*)")
+
+
+class _MultiRow:
+    """An INSERT statement with one VALUES row, rewritten for many rows."""
+
+    def __init__(self, head: str, values: str, tail: str, names: list[str]) -> None:
+        self.head, self.values, self.tail = head, values, tail
+        self.pick = operator.itemgetter(*names)
+        self.width = len(names)
+        self._texts: dict[int, str] = {}
+
+    def sql(self, count: int) -> str:
+        text = self._texts.get(count)
+        if text is None:
+            text = self.head + ", ".join([self.values] * count) + self.tail
+            if len(self._texts) < 8:
+                self._texts[count] = text
+        return text
+
+
+@functools.cache
+def _multirow(sql: str) -> _MultiRow | None:
+    """The many-row form of a one-row ``INSERT … VALUES (…) … RETURNING`` statement (named
+    parameters become positional ones, in order), or None for any other statement."""
+    body = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+    if not body.lstrip().upper().startswith("INSERT") or ";" in body.rstrip().rstrip(";"):
+        return None
+    found = _VALUES.search(body)
+    if found is None or "RETURNING" not in body.upper():
+        return None
+    values = found.group(1)
+    names = _NAME.findall(values)
+    if not names or _NAME.search(body[found.end() :]) or _NAME.search(body[: found.start()]):
+        return None  # parameters outside VALUES would need binding once per row
+    head = body[: found.start(1)]
+    return _MultiRow(head, _NAME.sub("?", values), body[found.end(1) :].rstrip().rstrip(";"), names)
 
 
 @functools.cache

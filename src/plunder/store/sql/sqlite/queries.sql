@@ -131,19 +131,37 @@ WHERE job_id = :job_id AND attempt = :attempt AND session_id = :session_id
 SELECT id FROM plunder_sessions WHERE id = :session_id AND expires_at > :now;
 
 -- name: job_complete
--- batch; the store counts the rows the first statement changed. Fenced: only the current
--- claim of a running job, under a live session. The second statement closes the run of a
--- job that is now succeeded under this claim (a run already closed keeps its outcome).
+-- batch, set-based: :rows is the whole batch, a JSON array of objects (job_id, attempt,
+-- session_id, result, logs); the store counts the rows the first statement changed.
+-- Fenced: only the current claim of a running job, under a live session. The second
+-- statement closes the run of each job that is now succeeded under its claim (a run
+-- already closed keeps its outcome). The unary + keeps the planner on the ids of the batch
+-- (rowid lookups) instead of walking the session's running jobs for each row.
 UPDATE plunder_jobs
-SET status = 'succeeded', result = :result, finished_at = :now, deadline_at = NULL
-WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
-  AND status = 'running'
-  AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at > :now);
+SET status = 'succeeded', result = b.result, finished_at = :now, deadline_at = NULL
+FROM (
+    SELECT json_extract(value, '$.job_id') AS job_id,
+           json_extract(value, '$.attempt') AS attempt,
+           json_extract(value, '$.session_id') AS session_id,
+           json_extract(value, '$.result') AS result
+    FROM json_each(:rows)
+) AS b
+WHERE plunder_jobs.id = b.job_id AND +plunder_jobs.attempt = b.attempt
+  AND +plunder_jobs.session_id = b.session_id AND +plunder_jobs.status = 'running'
+  AND EXISTS (SELECT 1 FROM plunder_sessions AS s WHERE s.id = b.session_id AND s.expires_at > :now);
 UPDATE plunder_runs
-SET finished_at = :now, outcome = 'succeeded', error = NULL, logs = :logs
-WHERE job_id = :job_id AND attempt = :attempt AND outcome IS NULL
+SET finished_at = :now, outcome = 'succeeded', error = NULL, logs = b.logs
+FROM (
+    SELECT json_extract(value, '$.job_id') AS job_id,
+           json_extract(value, '$.attempt') AS attempt,
+           json_extract(value, '$.session_id') AS session_id,
+           json_extract(value, '$.logs') AS logs
+    FROM json_each(:rows)
+) AS b
+WHERE plunder_runs.job_id = b.job_id AND plunder_runs.attempt = b.attempt
+  AND plunder_runs.outcome IS NULL
   AND (SELECT j.status FROM plunder_jobs AS j
-       WHERE j.id = :job_id AND j.attempt = :attempt AND j.session_id = :session_id)
+       WHERE j.id = b.job_id AND j.attempt = b.attempt AND j.session_id = b.session_id)
       = 'succeeded';
 
 -- name: job_result_set

@@ -23,10 +23,12 @@ GUARDED = {
     "retry": "job_retry",
 }
 
-# a condition on the status column after WHERE or AND: status = 'x' or status IN ('x', 'y');
+# a condition on the status column after WHERE or AND: status = 'x' or status IN ('x', 'y'),
+# the column perhaps qualified, or behind SQLite's unary + (which only steers the planner);
 # a SET clause (status = CASE …, status = 'running') never follows WHERE or AND
 GUARD = re.compile(
-    r"\b(?:WHERE|AND)\s+(?:\w+\.)?status\s*(?:=\s*'(\w+)'|IN\s*\(([^)]*)\))", re.IGNORECASE
+    r"\b(?:WHERE|AND)\s+\+?(?:\w+\.)?status\s*(?:=\s*'(\w+)'|IN\s*\(([^)]*)\))",
+    re.IGNORECASE,
 )
 
 
@@ -58,6 +60,7 @@ def test_the_guard_parser_reads_single_and_listed_states_and_skips_set_clauses()
     )
     assert guard_states(sql) == {"failed", "cancelled"}
     assert guard_states("UPDATE j SET status = 'x' WHERE status = 'pending'") == {"pending"}
+    assert guard_states("UPDATE j SET status = 'x' WHERE id = 1 AND +j.status = 'a'") == {"a"}
     with pytest.raises(AssertionError):
         guard_states("UPDATE j SET status = 'x' WHERE id = 1")  # an unguarded update
 

@@ -97,9 +97,9 @@ def copy_or_decode(value: Any, text: str) -> Any:
     copying costs a fraction of parsing); anything else is decoded."""
     kind = type(value)
     if kind is list or kind is tuple:
-        if all(type(item) in _SCALARS for item in value):
+        if _SCALARS.issuperset(map(type, value)):
             return list(value)
-    elif kind is dict and all(type(item) in _SCALARS for item in value.values()):
+    elif kind is dict and _SCALARS.issuperset(map(type, value.values())):
         return dict(value)
     return decode(text)
 

@@ -214,7 +214,6 @@ class _MultiRow:
     def __init__(self, head: str, values: str, tail: str, names: list[str]) -> None:
         self.head, self.values, self.tail = head, values, tail
         self.pick = operator.itemgetter(*names)
-        self.width = len(names)
         self._texts: dict[int, str] = {}
 
     def sql(self, count: int) -> str:
@@ -230,9 +229,10 @@ class _MultiRow:
 def _multirow(sql: str) -> _MultiRow | None:
     """The many-row form of a one-row ``INSERT … VALUES (…) … RETURNING`` statement (named
     parameters become positional ones, in order), or None for any other statement."""
-    body = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
-    if not body.lstrip().upper().startswith("INSERT") or ";" in body.rstrip().rstrip(";"):
+    statements = _statements(sql)
+    if len(statements) != 1 or not statements[0].upper().startswith("INSERT"):
         return None
+    body = statements[0]
     found = _VALUES.search(body)
     if found is None or "RETURNING" not in body.upper():
         return None
@@ -241,7 +241,7 @@ def _multirow(sql: str) -> _MultiRow | None:
     if not names or _NAME.search(body[found.end() :]) or _NAME.search(body[: found.start()]):
         return None  # parameters outside VALUES would need binding once per row
     head = body[: found.start(1)]
-    return _MultiRow(head, _NAME.sub("?", values), body[found.end(1) :].rstrip().rstrip(";"), names)
+    return _MultiRow(head, _NAME.sub("?", values), body[found.end(1) :], names)
 
 
 # a batch as one JSON parameter: its values were validated one by one, and its size is

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import traceback as traceback_module
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from plunder.states import Outcome, Status
 
@@ -20,6 +20,30 @@ MAX_ERROR_TRACEBACK_CHARS = 64_000
 # lost machine), and the jobs of a worker that died once are rescued in parallel; a job
 # that was running each time its worker died twice may be what kills them.
 SUSPECT_LOSSES = 2
+
+_Record = TypeVar("_Record")
+
+
+def positional_builder(cls: type[_Record]) -> Callable[..., _Record]:
+    """A fast positional constructor for the frozen slots dataclass ``cls``, for the hot
+    paths that build thousands of records (claims, enqueues). A frozen dataclass's
+    ``__init__`` sets each field through ``object.__setattr__``, which for a JobRecord's 24
+    fields costs about 7 µs; this fills a mutable twin with the same slots (plain stores,
+    about 1 µs) and then makes it a ``cls``. The result is an ordinary, frozen ``cls``."""
+    names = getattr(cls, "__slots__", None)
+    if not names:
+        raise TypeError(f"{cls.__name__} is not a slots dataclass")
+    draft = make_dataclass(f"_{cls.__name__}Draft", names, slots=True, eq=False, repr=False)
+    if draft.__slots__ != names:  # type: ignore[attr-defined]
+        raise TypeError(f"{cls.__name__}: the draft's slots differ from the record's")
+
+    def build(*values: Any) -> _Record:
+        record = draft(*values)
+        record.__class__ = cls
+        return record  # type: ignore[no-any-return]
+
+    build.__name__ = f"build_{cls.__name__}"
+    return build
 
 
 def _recordable(text: str, limit: int, *, keep_end: bool = False) -> str:
@@ -180,6 +204,10 @@ class JobRecord:
     @property
     def attempts_left(self) -> int:
         return max(0, self.max_attempts - self.attempt)
+
+
+# JobRecord(*values), fields in declaration order, at a sixth of the cost
+build_job = positional_builder(JobRecord)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from plunder import errors
@@ -27,6 +28,45 @@ _known_tasks: set[str] = set()
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
+def _c_encoder() -> Callable[[Any, int], Any] | None:
+    """``_encoder``'s C encoder, made once. ``JSONEncoder.encode`` builds a new one at every
+    call, which costs two thirds of encoding a short argument list (1 µs of 3). Made without
+    circular-reference markers: a shared markers dict is not safe across threads, and an
+    object that contains itself ends in RecursionError instead (see ``_dump``). None where
+    the interpreter has no C encoder or it does not encode a probe exactly as ``_encoder``."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    probe = [1, -2.5, 10**30, 'é\u0000"\\', None, True, {"a": [{}], "b": ""}, ()]
+    try:
+        made = make(
+            None, _encoder.default, json.encoder.encode_basestring, None, ":", ",",
+            False, False, False,
+        )  # fmt: skip
+        same = "".join(made(probe, 0)) == _encoder.encode(probe)
+    except Exception:  # a different signature in another Python: use the standard path
+        return None
+    try:
+        made([float("nan")], 0)
+    except ValueError:  # refused, as allow_nan=False must
+        return made if same else None
+    return None
+
+
+_c_encode = _c_encoder()
+
+
+def _dump(value: Any) -> str:
+    """``_encoder.encode(value)``, through the C encoder made once where there is one."""
+    if _c_encode is None:
+        return _encoder.encode(value)
+    try:
+        return "".join(_c_encode(value, 0))
+    except RecursionError:
+        # too deep, or it contains itself: the standard encoder says which
+        return _encoder.encode(value)
+
+
 def encode(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> str:
     """Encode ``value`` as compact JSON text, or raise PayloadError naming ``what``."""
     if value is None:
@@ -34,7 +74,7 @@ def encode(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES)
     if type(value) in (list, dict) and not value:  # the common empty cases, without the encoder
         return "[]" if type(value) is list else "{}"
     try:
-        text = _encoder.encode(value)
+        text = _dump(value)
     except (TypeError, ValueError) as exc:
         raise errors.PayloadError(f"{what} is not JSON-serializable: {exc}") from exc
     except RecursionError as exc:
@@ -75,6 +115,8 @@ def _too_deep(value: Any) -> bool:
 
 
 _decoder = json.JSONDecoder()
+# the scanner decode() calls, without the whitespace regexes around it
+_scan = _decoder.scan_once  # type: ignore[attr-defined]
 
 
 def decode(text: str | None) -> Any:
@@ -85,7 +127,13 @@ def decode(text: str | None) -> Any:
         return []
     if text == "{}":
         return {}
-    return _decoder.decode(text)
+    try:  # plunder writes compact JSON: one value from the first character to the last
+        value, end = _scan(text, 0)
+    except StopIteration:  # not a value at the start: the full decoder says why
+        return _decoder.decode(text)
+    if end == len(text):
+        return value
+    return _decoder.decode(text)  # surrounding whitespace, or extra data
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})

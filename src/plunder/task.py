@@ -16,9 +16,11 @@ from typing import Any, Protocol
 
 from plunder import errors, payload
 from plunder.context import Context
-from plunder.model import JobSpec
+from plunder.model import JobSpec, positional_builder
 
 POOLS = ("thread", "process")
+# JobSpec(*values), fields in declaration order: an enqueue makes one per job
+build_spec = positional_builder(JobSpec)
 
 
 class Producer(Protocol):
@@ -57,19 +59,19 @@ class Options:
             raise errors.PayloadError(
                 f"keyword arguments of {task!r} must be a dict, not {type(kwargs).__name__}"
             )
-        return JobSpec(
-            task=task,
-            args=list(args),
-            kwargs=dict(kwargs),
-            queue=self.queue,
-            priority=self.priority,
-            delay=self.delay,
-            max_attempts=self.retries + 1,
-            timeout=self.timeout,
-            backoff_base=self.backoff_base,
-            backoff_cap=self.backoff_cap,
-            retry_on_timeout=self.retry_on_timeout,
-            key=self.key,
+        return build_spec(
+            task,
+            list(args),
+            dict(kwargs),
+            self.queue,
+            self.priority,
+            self.delay,
+            self.retries + 1,  # max_attempts
+            self.timeout,
+            self.backoff_base,
+            self.backoff_cap,
+            self.retry_on_timeout,
+            self.key,
         )
 
 

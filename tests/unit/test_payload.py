@@ -256,3 +256,39 @@ def test_copy_or_decode_gives_what_the_stored_text_decodes_to(value: Any) -> Non
         assert [type(i) for i in items] == [type(i) for i in wanted]
         if isinstance(got, dict):
             assert list(got) == list(expected)
+
+
+_standard = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+@given(json_values | st.tuples(json_values, json_values))
+def test_encode_writes_what_the_standard_encoder_writes(value: Any) -> None:
+    assert payload.encode(value) == _standard.encode(value)  # byte for byte, on every path
+
+
+def test_the_c_encoder_is_in_use_where_the_interpreter_has_one() -> None:
+    # the speed of every enqueue and result depends on it; CPython has it
+    assert payload._c_encode is not None
+
+
+@given(json_values, st.sampled_from(["", " ", "\n", " \t"]), st.sampled_from(["", " ", "\r\n"]))
+def test_decode_reads_what_the_standard_decoder_reads(value: Any, before: str, after: str) -> None:
+    text = before + json.dumps(value) + after
+    assert payload.decode(text) == json.loads(text)
+
+
+@pytest.mark.parametrize("text", ["[1] x", "[1][2]", "", " ", "nul", "[1", "1 2", "{} {}"])
+def test_decode_refuses_what_the_standard_decoder_refuses(text: str) -> None:
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+    with pytest.raises(json.JSONDecodeError):
+        payload.decode(text)
+
+
+def test_a_payload_that_contains_itself_is_refused_and_the_next_encodes() -> None:
+    loop: list[Any] = [1]
+    loop.append(loop)
+    with pytest.raises(errors.PayloadError, match="Circular reference"):
+        payload.encode(loop, what="arguments")
+    shared = [1, 2]
+    assert payload.encode([shared, shared]) == "[[1,2],[1,2]]"  # shared is not circular

@@ -29,6 +29,7 @@ from plunder.model import (
     Lease,
     Run,
     Session,
+    build_job,
 )
 from plunder.states import TERMINAL, Outcome, Status
 from plunder.store import queries
@@ -382,31 +383,31 @@ class Engine(ABC):
         )  # fmt: skip
         i_losses = at["losses"]
         return [
-            JobRecord(
-                id=int(r[i_id]),
-                queue=r[i_queue],
-                task=r[i_task],
-                args=decode(r[i_args]),
-                kwargs=decode(r[i_kwargs]),
-                priority=int(r[i_priority]),
-                status=status_of[r[i_status]],
-                attempt=int(r[i_attempt]),
-                max_attempts=int(r[i_max]),
-                timeout=r[i_timeout],
-                backoff_base=float(r[i_base]),
-                backoff_cap=float(r[i_cap]),
-                retry_on_timeout=bool(r[i_retry]),
-                key=r[i_key],
-                run_at=time(r[i_run_at]),
-                created_at=time(r[i_created]),
-                started_at=time(r[i_started]),
-                finished_at=time(r[i_finished]),
-                deadline_at=time(r[i_deadline]),
-                session_id=r[i_session],
-                result=decode(r[i_result]),
-                error=decode(r[i_error]),
-                failed_sessions=tuple(list_out(r[i_failed])),
-                losses=int(r[i_losses]),
+            build_job(
+                int(r[i_id]),
+                r[i_queue],
+                r[i_task],
+                decode(r[i_args]),
+                decode(r[i_kwargs]),
+                int(r[i_priority]),
+                status_of[r[i_status]],
+                int(r[i_attempt]),
+                int(r[i_max]),
+                r[i_timeout],
+                float(r[i_base]),
+                float(r[i_cap]),
+                bool(r[i_retry]),
+                r[i_key],
+                time(r[i_run_at]),
+                time(r[i_created]),
+                time(r[i_started]),
+                time(r[i_finished]),
+                time(r[i_deadline]),
+                r[i_session],
+                decode(r[i_result]),
+                decode(r[i_error]),
+                tuple(list_out(r[i_failed])),
+                int(r[i_losses]),
             )
             for r in rows
         ]

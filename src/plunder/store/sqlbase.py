@@ -30,6 +30,7 @@ from plunder.model import (
     JobRecord,
     JobSpec,
     Session,
+    build_job,
 )
 from plunder.states import Outcome, Status
 from plunder.store import convert
@@ -100,31 +101,31 @@ class SQLStore(Maintenance, Reads):
             times[run_at] = self._time(run_at)
         if created_at not in times:
             times[created_at] = self._time(created_at)
-        return JobRecord(
-            id=int(inserted["id"]),
-            queue=row["queue"],
-            task=row["task"],
-            args=payload.copy_or_decode(spec.args, row["args"]),
-            kwargs=payload.copy_or_decode(spec.kwargs, row["kwargs"]),
-            priority=row["priority"],
-            status=Status.PENDING,
-            attempt=0,
-            max_attempts=row["max_attempts"],
-            timeout=row["timeout"],
-            backoff_base=row["backoff_base"],
-            backoff_cap=row["backoff_cap"],
-            retry_on_timeout=row["retry_on_timeout"],
-            key=row["key"],
-            run_at=times[run_at],
-            created_at=times[created_at],
-            started_at=None,
-            finished_at=None,
-            deadline_at=None,
-            session_id=None,
-            result=None,
-            error=None,
-            failed_sessions=(),
-            losses=0,
+        return build_job(
+            int(inserted["id"]),
+            row["queue"],
+            row["task"],
+            payload.copy_or_decode(spec.args, row["args"]),
+            payload.copy_or_decode(spec.kwargs, row["kwargs"]),
+            row["priority"],
+            Status.PENDING,
+            0,  # attempt
+            row["max_attempts"],
+            row["timeout"],
+            row["backoff_base"],
+            row["backoff_cap"],
+            row["retry_on_timeout"],
+            row["key"],
+            times[run_at],
+            times[created_at],
+            None,  # started_at
+            None,  # finished_at
+            None,  # deadline_at
+            None,  # session_id
+            None,  # result
+            None,  # error
+            (),  # failed_sessions
+            0,  # losses
         )
 
     def _match_inserted(

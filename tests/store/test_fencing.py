@@ -186,3 +186,28 @@ def test_an_unserializable_result_is_refused_before_anything_is_written(store: S
     with pytest.raises(errors.PayloadError, match=f"result of job {job.id}"):
         store.job_complete_many([Completion(job.claim, object())])
     assert store.job_get(job.id).status == Status.RUNNING
+
+
+def test_a_large_batch_completes_exactly_its_current_claims(store: Store) -> None:
+    """More completions than one statement takes (SQLite splits them), current claims and
+    forged ones interleaved: each current one completes with its own result and run, each
+    forged one is stale, and the count says which."""
+    enqueue(store, *[JobSpec("t", [i]) for i in range(1203)])
+    session = open_session(store)
+    jobs = claim(store, session, limit=1203)
+    assert len(jobs) == 1203
+    completions = []
+    forged = []
+    for i, job in enumerate(jobs):
+        if i % 97 == 5:
+            bad = Claim(job.id, job.attempt + 1, job.claim.session_id)
+            forged.append(bad)
+            completions.append(Completion(bad, "forged"))
+        completions.append(Completion(job.claim, {"n": i}, logs=(f"line {i}",)))
+    ack = store.job_complete_many(completions)
+    assert set(ack.stale) == set(forged) and len(ack.accepted) == 1203
+    for i in (0, 5, 499, 500, 501, 1000, 1202):
+        done = store.job_get(jobs[i].id)
+        assert done.status == Status.SUCCEEDED and done.result == {"n": i}
+        (run,) = store.job_runs(done.id)
+        assert run.outcome == Outcome.SUCCEEDED and run.logs == (f"line {i}",)

@@ -20,12 +20,7 @@ def code(sql: str) -> str:
 
 
 def sqlite_params(sql: str) -> set[str]:
-    """Its parameters; a set-based batch query takes the whole batch as ``:rows``, a JSON
-    array of objects, and the fields it reads from them count as its parameters."""
-    found = set(SQLITE_PARAM.findall(code(sql)))
-    if "rows" in found:
-        found = (found - {"rows"}) | set(re.findall(r"'\$\.(\w+)'", code(sql)))
-    return found
+    return set(SQLITE_PARAM.findall(code(sql)))
 
 
 def pg_params(sql: str) -> set[str]:
@@ -48,8 +43,6 @@ def test_each_query_takes_the_same_parameters_in_both_dialects(name: str) -> Non
 def test_parameter_extraction_ignores_casts_and_comments() -> None:
     assert sqlite_params("SELECT :a, x::int -- :b\nWHERE y = :c_1") == {"a", "c_1"}
     assert pg_params("SELECT %(a)s::text[] -- %(b)s\n, %(c)s") == {"a", "c"}
-    batch = "UPDATE t SET x = json_extract(value, '$.x') FROM json_each(:rows) WHERE y = :now"
-    assert sqlite_params(batch) == {"x", "now"}
     assert sqlite_params("SELECT json_insert(x, '$[#]', :sid)") == {"sid"}
 
 

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import operator
 import os
@@ -173,85 +172,94 @@ class _Tx:
         inserts (one statement each would also re-bind every name and re-run each
         statement's one-off setup)."""
         out: list[Row] = []
-        pick = multi.pick
         for start in range(0, len(rows), MULTIROW_CHUNK):
             chunk = rows[start : start + MULTIROW_CHUNK]
-            params = [value for row in chunk for value in pick({**common, **row})]
-            out.extend(self.conn.execute(multi.sql(len(chunk)), params).fetchall())
+            out.extend(self.conn.execute(*multi.call(chunk, common)).fetchall())
         return out
 
     def batch_count(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> int:
         """Each statement of the query over every row in turn; the rows the first changed.
-        A set-based query (one that reads ``:rows``) runs each statement once, over the
-        whole batch as one JSON array."""
+        A set-based statement (``FROM (VALUES (…))``) runs once per MULTIROW_CHUNK rows,
+        with its VALUES list repeated for each row."""
         if not rows:
             return 0
-        first, *rest = _statements(self._sql[name])
-        if _reads_rows(first):
-            params: Any = {**common, "rows": _BATCH.encode(list(rows))}
-            count = int(self.conn.execute(first, params).rowcount)
-            for sql in rest:
-                self.conn.execute(sql, params)
-            return count
-        params = [{**common, **row} for row in rows]
-        count = int(self.conn.executemany(first, params).rowcount)
-        for sql in rest:
-            self.conn.executemany(sql, params)
-        return count
+        counts = []
+        for sql in _statements(self._sql[name]):
+            multi = _multirow(sql)
+            if multi is None:
+                params = [{**common, **row} for row in rows]
+                counts.append(int(self.conn.executemany(sql, params).rowcount))
+                continue
+            count = 0
+            for start in range(0, len(rows), MULTIROW_CHUNK):
+                chunk = rows[start : start + MULTIROW_CHUNK]
+                count += int(self.conn.execute(*multi.call(chunk, common)).rowcount)
+            counts.append(count)
+        return counts[0]
 
     def script(self, sql: str) -> None:
         self.conn.execute(sql)
 
 
-MULTIROW_CHUNK = 500  # rows per INSERT statement (far below SQLite's parameter limit)
+MULTIROW_CHUNK = 500  # rows per statement (4 columns x 500 is far below SQLite's limit)
 _VALUES = re.compile(r"\bVALUES\s*(\((?:[^()]|\([^()]*\))*\))", re.IGNORECASE)
-_NAME = re.compile(r":([A-Za-z_][A-Za-z0-9_]*)")
+_NAME = re.compile(r"(?<![:\w]):([A-Za-z_][A-Za-z0-9_]*)")
 
 
 class _MultiRow:
-    """An INSERT statement with one VALUES row, rewritten for many rows."""
+    """A statement with a one-row VALUES list, rewritten for many rows, with positional
+    parameters: those before and after the list bind once, from the common values; those
+    in it bind once per row."""
 
-    def __init__(self, head: str, values: str, tail: str, names: list[str]) -> None:
+    def __init__(self, head: str, values: str, tail: str, names: list[list[str]]) -> None:
         self.head, self.values, self.tail = head, values, tail
-        self.pick = operator.itemgetter(*names)
+        self._before, row_names, self._after = names
+        self._pick = operator.itemgetter(*row_names)
+        self._single = len(row_names) == 1
         self._texts: dict[int, str] = {}
+
+    def call(
+        self, rows: Sequence[Mapping[str, Any]], common: Mapping[str, Any]
+    ) -> tuple[str, list[Any]]:
+        """The statement text and parameters for these rows."""
+        pick = self._pick
+        params = [common[name] for name in self._before]
+        if self._single:
+            params.extend(pick({**common, **row}) for row in rows)
+        else:
+            params.extend(value for row in rows for value in pick({**common, **row}))
+        params.extend(common[name] for name in self._after)
+        return self.sql(len(rows)), params
 
     def sql(self, count: int) -> str:
         text = self._texts.get(count)
         if text is None:
             text = self.head + ", ".join([self.values] * count) + self.tail
-            if len(self._texts) < 8:
+            if len(self._texts) < 128:  # a worker's batches take few distinct sizes
                 self._texts[count] = text
         return text
 
 
 @functools.cache
 def _multirow(sql: str) -> _MultiRow | None:
-    """The many-row form of a one-row ``INSERT … VALUES (…) … RETURNING`` statement (named
-    parameters become positional ones, in order), or None for any other statement."""
+    """The many-row form of a one-statement ``INSERT … VALUES (…) … RETURNING`` or of a
+    set-based ``… FROM (VALUES (…)) …`` statement, or None for any other statement."""
     statements = _statements(sql)
-    if len(statements) != 1 or not statements[0].upper().startswith("INSERT"):
+    if len(statements) != 1:
         return None
     body = statements[0]
     found = _VALUES.search(body)
-    if found is None or "RETURNING" not in body.upper():
+    if found is None:
+        return None
+    inserts = body.upper().startswith("INSERT")
+    if not (inserts and "RETURNING" in body.upper()) and "FROM (VALUES" not in body.upper():
         return None
     values = found.group(1)
-    names = _NAME.findall(values)
-    if not names or _NAME.search(body[found.end() :]) or _NAME.search(body[: found.start()]):
-        return None  # parameters outside VALUES would need binding once per row
-    head = body[: found.start(1)]
-    return _MultiRow(head, _NAME.sub("?", values), body[found.end(1) :], names)
-
-
-# a batch as one JSON parameter: its values were validated one by one, and its size is
-# bounded by the batch's, not by the payload limit
-_BATCH = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-
-
-@functools.cache
-def _reads_rows(sql: str) -> bool:
-    return re.search(r":rows\b", sql) is not None
+    head, tail = body[: found.start(1)], body[found.end(1) :]
+    names = [_NAME.findall(part) for part in (head, values, tail)]
+    if not names[1]:
+        return None
+    return _MultiRow(_NAME.sub("?", head), _NAME.sub("?", values), _NAME.sub("?", tail), names)
 
 
 @functools.cache

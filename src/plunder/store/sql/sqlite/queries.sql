@@ -131,37 +131,26 @@ WHERE job_id = :job_id AND attempt = :attempt AND session_id = :session_id
 SELECT id FROM plunder_sessions WHERE id = :session_id AND expires_at > :now;
 
 -- name: job_complete
--- batch, set-based: :rows is the whole batch, a JSON array of objects (job_id, attempt,
--- session_id, result, logs); the store counts the rows the first statement changed.
--- Fenced: only the current claim of a running job, under a live session. The second
--- statement closes the run of each job that is now succeeded under its claim (a run
--- already closed keeps its outcome). The unary + keeps the planner on the ids of the batch
--- (rowid lookups) instead of walking the session's running jobs for each row.
+-- batch, set-based: the store repeats the one-row VALUES list once per row of the batch
+-- (columnN is its Nth value) and runs each statement once over them all; it counts the
+-- rows the first statement changed. Fenced: only the current claim of a running job,
+-- under a live session. The second statement closes the run of each job that is now
+-- succeeded under its claim (a run already closed keeps its outcome). The unary + keeps
+-- the planner on the ids of the batch (rowid lookups) instead of walking the session's
+-- running jobs for each row.
 UPDATE plunder_jobs
-SET status = 'succeeded', result = b.result, finished_at = :now, deadline_at = NULL
-FROM (
-    SELECT json_extract(value, '$.job_id') AS job_id,
-           json_extract(value, '$.attempt') AS attempt,
-           json_extract(value, '$.session_id') AS session_id,
-           json_extract(value, '$.result') AS result
-    FROM json_each(:rows)
-) AS b
-WHERE plunder_jobs.id = b.job_id AND +plunder_jobs.attempt = b.attempt
-  AND +plunder_jobs.session_id = b.session_id AND +plunder_jobs.status = 'running'
-  AND EXISTS (SELECT 1 FROM plunder_sessions AS s WHERE s.id = b.session_id AND s.expires_at > :now);
+SET status = 'succeeded', result = b.column4, finished_at = :now, deadline_at = NULL
+FROM (VALUES (:job_id, :attempt, :session_id, :result)) AS b
+WHERE plunder_jobs.id = b.column1 AND +plunder_jobs.attempt = b.column2
+  AND +plunder_jobs.session_id = b.column3 AND +plunder_jobs.status = 'running'
+  AND EXISTS (SELECT 1 FROM plunder_sessions AS s WHERE s.id = b.column3 AND s.expires_at > :now);
 UPDATE plunder_runs
-SET finished_at = :now, outcome = 'succeeded', error = NULL, logs = b.logs
-FROM (
-    SELECT json_extract(value, '$.job_id') AS job_id,
-           json_extract(value, '$.attempt') AS attempt,
-           json_extract(value, '$.session_id') AS session_id,
-           json_extract(value, '$.logs') AS logs
-    FROM json_each(:rows)
-) AS b
-WHERE plunder_runs.job_id = b.job_id AND plunder_runs.attempt = b.attempt
+SET finished_at = :now, outcome = 'succeeded', error = NULL, logs = b.column4
+FROM (VALUES (:job_id, :attempt, :session_id, :logs)) AS b
+WHERE plunder_runs.job_id = b.column1 AND plunder_runs.attempt = b.column2
   AND plunder_runs.outcome IS NULL
   AND (SELECT j.status FROM plunder_jobs AS j
-       WHERE j.id = b.job_id AND j.attempt = b.attempt AND j.session_id = b.session_id)
+       WHERE j.id = b.column1 AND j.attempt = b.column2 AND j.session_id = b.column3)
       = 'succeeded';
 
 -- name: job_result_set

@@ -18,7 +18,7 @@ FENCE = {
         r"^(\s*)WHERE j\.id = u\.job_id\b.*?(?=^\s*RETURNING)",
         r"\1WHERE j.id = u.job_id\n",
     ),
-    "sqlite": (r"^WHERE\b.*?;", "WHERE plunder_jobs.id = b.job_id;"),
+    "sqlite": (r"^WHERE\b.*?;", "WHERE plunder_jobs.id = b.column1;"),
 }
 
 

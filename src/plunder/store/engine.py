@@ -79,6 +79,12 @@ class Tx(Protocol):
         row it returned."""
         ...
 
+    def batch_table(
+        self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any
+    ) -> tuple[list[str], list[Sequence[Any]]]:
+        """``batch``, with what it returned as ``table`` gives it: names and plain tuples."""
+        ...
+
     def batch_count(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> int:
         """Run a batch query whose result is a count (see the query's documentation): the
         rows it changed, or the rows it returned."""

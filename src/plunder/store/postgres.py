@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import secrets
 import threading
@@ -99,7 +100,15 @@ def _array(values: list[Any]) -> str:
     queries cast each column parameter (``%(job_id)s::bigint[]``), so the text goes in as
     is; psycopg's own list dumper looks up a dumper and quotes element by element in Python,
     which cost more than the statements themselves on a batch of a hundred jobs."""
-    kinds = {type(value) for value in values}
+    kinds = set(map(type, values))
+    first = values[0]
+    if (
+        len(values) > 1
+        and len(kinds) == 1
+        and type(first) is not float  # 0.0 == -0.0, but they are written differently
+        and values.count(first) == len(values)
+    ):  # one value for the whole column (a batch's queue, task, options): written once
+        return "{" + ",".join([_array([first])[1:-1]] * len(values)) + "}"
     if kinds == {str}:
         # Quote and escape the whole column in a few C-level passes. NUL separates the
         # elements while escaping: PostgreSQL text cannot hold it, so no element has one
@@ -123,7 +132,7 @@ def _array(values: list[Any]) -> str:
 
 def _columns(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """Batch rows as one array parameter per column, for unnest() in the query."""
-    return {key: _array([row[key] for row in rows]) for key in rows[0]}
+    return {key: _array(list(map(operator.itemgetter(key), rows))) for key in rows[0]}
 
 
 class _Tx:
@@ -158,6 +167,13 @@ class _Tx:
         if not rows:
             return []
         return self.all(name, **_columns(rows), **common)
+
+    def batch_table(
+        self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any
+    ) -> tuple[list[str], list[Sequence[Any]]]:
+        if not rows:
+            return [], []
+        return self.table(name, **_columns(rows), **common)
 
     def batch_count(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> int:
         if not rows:

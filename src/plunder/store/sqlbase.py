@@ -70,21 +70,23 @@ class SQLStore(Maintenance, Reads):
 
         def op(tx: Tx) -> list[JobRecord]:
             clock = tx.clock(now)
-            found: dict[int, Row] = {}
-            fresh: set[int] = set()  # inputs inserted now (the others name an active job)
+            fresh: dict[int, Sequence[Any]] = {}  # inputs inserted now: the row returned
+            active: dict[int, Row] = {}  # inputs whose key names an active job: that job
+            at: dict[str, int] = {}
             for _ in range(5):  # a keyed job can finish between our insert and our read
-                todo = [i for i in range(len(rows)) if i not in found]
+                todo = [i for i in range(len(rows)) if i not in fresh and i not in active]
                 if not todo:
                     break
-                inserted = tx.batch(insert, [rows[i] for i in todo], now=clock)
-                found.update(self._match_inserted(tx, rows, todo, inserted, fresh))
+                names, inserted = tx.batch_table(insert, [rows[i] for i in todo], now=clock)
+                at = {name: i for i, name in enumerate(names)}
+                self._match_inserted(tx, rows, todo, (at, inserted), fresh=fresh, active=active)
             else:
                 raise errors.StoreBusy("idempotency keys kept changing state during enqueue")
             times: dict[Any, datetime] = {}  # a batch shares its created_at and most run_at
             return [
-                self._fresh(rows[i], specs[i], found[i], times)
+                self._fresh(rows[i], specs[i], fresh[i], at, times)
                 if i in fresh
-                else self._job(found[i])
+                else self._job(active[i])
                 for i in range(len(rows))
             ]
 
@@ -92,17 +94,22 @@ class SQLStore(Maintenance, Reads):
         return self._run(op, conn=conn, repeatable=all(row["key"] for row in rows))
 
     def _fresh(
-        self, row: dict[str, Any], spec: JobSpec, inserted: Row, times: dict[Any, datetime]
+        self,
+        row: dict[str, Any],
+        spec: JobSpec,
+        inserted: Sequence[Any],
+        at: dict[str, int],
+        times: dict[Any, datetime],
     ) -> JobRecord:
         """The record of a job just inserted, from what we inserted (what the stored JSON
         text decodes to) and what the database assigned (id and times)."""
-        run_at, created_at = inserted["run_at"], inserted["created_at"]
+        run_at, created_at = inserted[at["run_at"]], inserted[at["created_at"]]
         if run_at not in times:
             times[run_at] = self._time(run_at)
         if created_at not in times:
             times[created_at] = self._time(created_at)
         return build_job(
-            int(inserted["id"]),
+            int(inserted[at["id"]]),
             row["queue"],
             row["task"],
             payload.copy_or_decode(spec.args, row["args"]),
@@ -133,37 +140,40 @@ class SQLStore(Maintenance, Reads):
         tx: Tx,
         rows: list[dict[str, Any]],
         todo: list[int],
-        inserted: list[Row],
-        fresh: set[int],
-    ) -> dict[int, Row]:
+        returned: tuple[dict[str, int], list[Sequence[Any]]],
+        *,
+        fresh: dict[int, Sequence[Any]],
+        active: dict[int, Row],
+    ) -> None:
         """Pair returned rows with inputs: ids follow input order, and an input was inserted
         unless its key was taken (by an active job, or by an earlier input)."""
-        by_id = sorted(inserted, key=lambda r: int(r["id"]))
-        new_keys = {r["key"] for r in by_id if r["key"] is not None}
-        matched: dict[int, Row] = {}
+        at, inserted = returned
+        i_id, i_key, i_task = at["id"], at["key"], at["task"]
+        by_id = sorted(inserted, key=lambda r: int(r[i_id]))
+        new_keys = {r[i_key] for r in by_id if r[i_key] is not None}
         taken: set[str] = set()
+        keyed = []
         position = 0
         for i in todo:
             key = rows[i]["key"]
             if key is None or (key in new_keys and key not in taken):
                 row = by_id[position]
                 position += 1
-                if row["key"] != key or row["task"] != rows[i]["task"]:
+                if row[i_key] != key or row[i_task] != rows[i]["task"]:
                     raise errors.StoreError("enqueue returned rows out of input order")
-                matched[i] = row
-                fresh.add(i)
+                fresh[i] = row
                 if key is not None:
                     taken.add(key)
-        keyed = [i for i in todo if i not in matched]
+            else:
+                keyed.append(i)
         if keyed:
             keys = sorted({rows[i]["key"] for i in keyed})
-            active = {
+            found = {
                 r["key"]: r for r in tx.all("job_get_active_by_keys", keys=self._list_in(keys))
             }
             for i in keyed:
-                if rows[i]["key"] in active:
-                    matched[i] = active[rows[i]["key"]]
-        return matched
+                if rows[i]["key"] in found:
+                    active[i] = found[rows[i]["key"]]
 
     def job_cancel(self, job_id: int, *, now: Now = None) -> JobRecord:
         def op(tx: Tx) -> Row:

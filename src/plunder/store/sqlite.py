@@ -148,34 +148,33 @@ class _Tx:
         return names, rows
 
     def batch(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> list[Row]:
-        sql = self._sql[name]
-        if not rows:
-            return []
         if name not in _RETURNING:
-            # no rows to read back: let sqlite3 loop in C
-            self.conn.executemany(sql, [{**common, **row} for row in rows])
+            if rows:  # no rows to read back: let sqlite3 loop in C
+                self.conn.executemany(self._sql[name], [{**common, **row} for row in rows])
             return []
+        names, found = self.batch_table(name, rows, **common)
+        return [dict(zip(names, row, strict=True)) for row in found]
+
+    def batch_table(
+        self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any
+    ) -> tuple[list[str], list[Sequence[Any]]]:
+        """An ``INSERT … VALUES (…) RETURNING`` runs as one statement per chunk of
+        MULTIROW_CHUNK rows, with positional parameters: per row, SQLite then only inserts
+        (one statement each would also re-bind every name and re-run each statement's
+        one-off setup). Any other query runs once per row."""
+        sql = self._sql[name]
+        cur = self.conn.cursor()
+        cur.row_factory = None  # plain tuples
+        out: list[Sequence[Any]] = []
         multi = _multirow(sql)
         if multi is not None:
-            return self._insert_rows(multi, rows, common)
-        out: list[Row] = []
-        execute = self.conn.execute
-        for row in rows:
-            out.extend(execute(sql, {**common, **row}).fetchall())
-        return out
-
-    def _insert_rows(
-        self, multi: _MultiRow, rows: Sequence[Mapping[str, Any]], common: Mapping[str, Any]
-    ) -> list[Row]:
-        """An ``INSERT … VALUES (…) RETURNING`` over many rows as one statement per chunk
-        of MULTIROW_CHUNK rows, with positional parameters: per row, SQLite then only
-        inserts (one statement each would also re-bind every name and re-run each
-        statement's one-off setup)."""
-        out: list[Row] = []
-        for start in range(0, len(rows), MULTIROW_CHUNK):
-            chunk = rows[start : start + MULTIROW_CHUNK]
-            out.extend(self.conn.execute(*multi.call(chunk, common)).fetchall())
-        return out
+            for start in range(0, len(rows), MULTIROW_CHUNK):
+                chunk = rows[start : start + MULTIROW_CHUNK]
+                out.extend(cur.execute(*multi.call(chunk, common)).fetchall())
+        else:
+            for row in rows:
+                out.extend(cur.execute(sql, {**common, **row}).fetchall())
+        return [column[0] for column in cur.description or ()], out
 
     def batch_count(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> int:
         """Each statement of the query over every row in turn; the rows the first changed.

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import operator
 import os
@@ -214,6 +215,7 @@ class _MultiRow:
         self.head, self.values, self.tail = head, values, tail
         self._before, row_names, self._after = names
         self._pick = operator.itemgetter(*row_names)
+        self._in_rows = frozenset(row_names)
         self._single = len(row_names) == 1
         self._texts: dict[int, str] = {}
 
@@ -221,12 +223,11 @@ class _MultiRow:
         self, rows: Sequence[Mapping[str, Any]], common: Mapping[str, Any]
     ) -> tuple[str, list[Any]]:
         """The statement text and parameters for these rows."""
-        pick = self._pick
         params = [common[name] for name in self._before]
-        if self._single:
-            params.extend(pick({**common, **row}) for row in rows)
-        else:
-            params.extend(value for row in rows for value in pick({**common, **row}))
+        if not self._in_rows.issubset(rows[0]):  # a row value that is common (:now)
+            rows = [{**common, **row} for row in rows]
+        picked = map(self._pick, rows)
+        params.extend(picked if self._single else itertools.chain.from_iterable(picked))
         params.extend(common[name] for name in self._after)
         return self.sql(len(rows)), params
 

@@ -14,6 +14,7 @@ import pytest
 import plunder
 from plunder import errors
 from plunder.model import JobSpec
+from plunder.states import Status
 from tests.store.test_busy import count_jobs, inject_40001
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"])
@@ -112,5 +113,43 @@ def test_a_task_transaction_refused_at_commit_is_store_busy(store_url: str) -> N
         assert count_jobs(store_url) == 0
         with pytest.raises(ZeroDivisionError), store.transaction():  # the block's own: as is
             _ = 1 / 0
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("startup_options", [True, False], ids=["server", "pooler"])
+def test_a_claim_leaves_its_connection_as_it_found_it(
+    store_url: str, startup_options: bool
+) -> None:
+    """A claim with nothing to acknowledge is one statement, run as a transaction of its
+    own where the server took plunder's settings at startup (the pool's connections are in
+    autocommit mode: no BEGIN and COMMIT round trips); behind a pooler it stays an explicit
+    transaction that makes the settings. Either way the connection goes back to the pool
+    idle and in autocommit mode, after a claim, an empty one and a refused one."""
+    store = plunder.open_store(store_url, pool_size=1, statement_timeout=5.0)
+    if not startup_options:
+        store._accepts_options = False  # as a transaction pooler answers
+
+    def check_idle_connection() -> None:
+        with store._get_pool().connection() as conn:  # pool_size=1: the claim's own
+            assert conn.autocommit is True  # as the pool made it
+            # behind the pooler, the settings are still made in each transaction
+            assert bool(getattr(conn, "per_transaction", None)) is not startup_options
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+    try:
+        store.job_enqueue_many([JobSpec("t", [i]) for i in range(3)])
+        session = store.session_open(name="w", host="h", pid=1, queues=["default"], expiry=30)
+        jobs = store.job_claim_many(session.id, queues=["default"], tasks=["t"], limit=5)
+        assert len(jobs) == 3
+        assert all(store.job_get(j.id).status == Status.RUNNING for j in jobs)
+        assert all(len(store.job_runs(j.id)) == 1 for j in jobs)  # written by the claim
+        check_idle_connection()
+        assert store.job_claim_many(session.id, queues=["default"], tasks=["t"], limit=5) == []
+        check_idle_connection()
+        store.session_close(session.id)
+        with pytest.raises(errors.SessionGone):
+            store.job_claim_many(session.id, queues=["default"], tasks=["t"], limit=5)
+        check_idle_connection()
     finally:
         store.close()

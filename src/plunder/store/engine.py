@@ -120,8 +120,10 @@ class Engine(ABC):
 
     # -- what a driver provides -----------------------------------------------------------
     @abstractmethod
-    def _transaction(self, *, write: bool) -> AbstractContextManager[Tx]:
-        """Begin a transaction (SQLite: BEGIN IMMEDIATE for writes), commit on exit."""
+    def _transaction(self, *, write: bool, single: bool = False) -> AbstractContextManager[Tx]:
+        """Begin a transaction (SQLite: BEGIN IMMEDIATE for writes), commit on exit.
+        ``single``: the caller writes with one statement (reads may follow it), which a
+        driver may then run as a transaction of its own."""
 
     @abstractmethod
     def _joined(self, conn: Any) -> Tx:
@@ -194,8 +196,10 @@ class Engine(ABC):
         write: bool = True,
         conn: Any = None,
         repeatable: bool = True,
+        single: bool = False,
     ) -> T:
         """Run ``op`` in a transaction, retried whole while the database is busy.
+        ``single``: see ``_transaction``.
 
         ``repeatable=False``: running ``op`` twice would write twice (an enqueue without
         keys). A connection lost while committing leaves the outcome unknown, and then
@@ -208,7 +212,7 @@ class Engine(ABC):
         while True:
             committing = False
             try:
-                with self._transaction(write=write) as tx:
+                with self._transaction(write=write, single=single) as tx:
                     result = op(tx)
                     committing = True
                 return result

@@ -561,16 +561,24 @@ class PostgresStore(SQLStore):
             )
 
     @contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[_Tx]:
+    def _transaction(self, *, write: bool, single: bool = False) -> Iterator[_Tx]:
         # the deadline covers COMMIT, and ends before the connection goes back to the pool
         with (
             self._get_pool().connection() as conn,
             _deadline(self._deadlines, conn, self._call_timeout, self.url),
-            conn.transaction(),
         ):
             conn.prepare_threshold = self._prepare_threshold()
             tx = _Tx(conn, self.queries)
-            self._limit(tx, conn)
+            per_transaction = isinstance(conn, _Connection) and conn.per_transaction
+            if not (single and conn.autocommit) or per_transaction:
+                with conn.transaction():
+                    self._limit(tx, conn)
+                    yield tx
+                return
+            # One write statement is a transaction of its own (the pool's connections are in
+            # autocommit mode), without the round trips of BEGIN and COMMIT: an idle
+            # worker's claim, whose start is the latency users see. (Not behind a pooler
+            # that refused our settings: those are made per transaction.)
             yield tx
 
     @contextmanager

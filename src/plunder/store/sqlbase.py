@@ -342,7 +342,8 @@ class SQLStore(Maintenance, Reads):
                 limit=limit,
                 take_suspect=take_suspect,
                 clock=tx.clock(now),
-            )
+            ),
+            single=self.claim_opens_runs,  # the claim statement writes the runs too
         )
         return self._claimed(claimed)
 

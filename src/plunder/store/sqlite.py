@@ -402,7 +402,7 @@ class SqliteStore(SQLStore):
         return SqliteNotifications(self._open, listen=listen)
 
     @contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[_Tx]:
+    def _transaction(self, *, write: bool, single: bool = False) -> Iterator[_Tx]:
         conn = self._connection()
         conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:

@@ -169,9 +169,8 @@ class _Tx:
         out: list[Sequence[Any]] = []
         multi = _multirow(sql)
         if multi is not None:
-            for start in range(0, len(rows), MULTIROW_CHUNK):
-                chunk = rows[start : start + MULTIROW_CHUNK]
-                out.extend(cur.execute(*multi.call(chunk, common)).fetchall())
+            for call in multi.calls(rows, common):
+                out.extend(cur.execute(*call).fetchall())
         else:
             for row in rows:
                 out.extend(cur.execute(sql, {**common, **row}).fetchall())
@@ -184,17 +183,16 @@ class _Tx:
         if not rows:
             return 0
         counts = []
+        params: list[dict[str, Any]] | None = None  # per row, made once for all statements
         for sql in _statements(self._sql[name]):
             multi = _multirow(sql)
-            if multi is None:
-                params = [{**common, **row} for row in rows]
-                counts.append(int(self.conn.executemany(sql, params).rowcount))
+            if multi is not None:
+                calls = multi.calls(rows, common)
+                counts.append(sum(int(self.conn.execute(*call).rowcount) for call in calls))
                 continue
-            count = 0
-            for start in range(0, len(rows), MULTIROW_CHUNK):
-                chunk = rows[start : start + MULTIROW_CHUNK]
-                count += int(self.conn.execute(*multi.call(chunk, common)).rowcount)
-            counts.append(count)
+            if params is None:
+                params = [{**common, **row} for row in rows]
+            counts.append(int(self.conn.executemany(sql, params).rowcount))
         return counts[0]
 
     def script(self, sql: str) -> None:
@@ -219,10 +217,16 @@ class _MultiRow:
         self._single = len(row_names) == 1
         self._texts: dict[int, str] = {}
 
-    def call(
+    def calls(
+        self, rows: Sequence[Mapping[str, Any]], common: Mapping[str, Any]
+    ) -> Iterator[tuple[str, list[Any]]]:
+        """The statement text and parameters for each chunk of MULTIROW_CHUNK rows."""
+        for start in range(0, len(rows), MULTIROW_CHUNK):
+            yield self._call(rows[start : start + MULTIROW_CHUNK], common)
+
+    def _call(
         self, rows: Sequence[Mapping[str, Any]], common: Mapping[str, Any]
     ) -> tuple[str, list[Any]]:
-        """The statement text and parameters for these rows."""
         params = [common[name] for name in self._before]
         if not self._in_rows.issubset(rows[0]):  # a row value that is common (:now)
             rows = [{**common, **row} for row in rows]

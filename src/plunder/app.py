@@ -146,8 +146,8 @@ class App:
 
     # -- producing ------------------------------------------------------------------------
     def enqueue_specs(self, specs: Sequence[JobSpec], *, conn: Any = None) -> list[Job]:
-        records = self.store.job_enqueue_many(list(specs), conn=conn)
-        return [Job(self, record.id, record) for record in records]
+        # handles need only ids (their attributes read the store): no record per job
+        return [Job(self, job_id) for job_id in self.store.job_enqueue_ids(list(specs), conn=conn)]
 
     def enqueue(
         self,
@@ -182,8 +182,9 @@ class Job:
         self._record = record
 
     def __repr__(self) -> str:
-        status = self._record.status.value if self._record else "?"
-        return f"<Job {self.id} {status}>"
+        if self._record is None:  # not read yet
+            return f"<Job {self.id}>"
+        return f"<Job {self.id} {self._record.status.value}>"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Job) and other.id == self.id and other.app is self.app

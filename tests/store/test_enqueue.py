@@ -62,6 +62,58 @@ def test_keys_repeated_across_a_large_batch(store: Store) -> None:
     assert all(store.job_get(j.id) == j for j in jobs[:3] + jobs[-3:])
 
 
+def test_enqueue_ids_answers_what_enqueue_many_would(store: Store) -> None:
+    """Ids only, in input order: a new job's own id, and for a key that names an active
+    job (earlier in the store or earlier in the batch) that job's id."""
+    (earlier,) = enqueue(store, JobSpec("t", ["earlier"], key="taken"))
+    specs = [JobSpec("t", [i], key=f"k{i % 3}" if i % 2 else None) for i in range(1200)]
+    specs[5:5] = [JobSpec("t", ["again"], key="taken")]
+    ids = store.job_enqueue_ids(specs)
+    assert len(ids) == len(specs) and all(type(i) is int for i in ids)
+    assert ids[5] == earlier.id
+    records = {}
+    after = None
+    while True:
+        page = store.job_list(after=after, limit=1000)
+        records.update((r.id, r) for r in page.jobs)
+        if page.next_after is None:
+            break
+        after = page.next_after
+    for spec, job_id in zip(specs, ids, strict=True):
+        if spec.key is None:
+            assert records[job_id].args == spec.args
+        else:  # the first spec with the key, or the job already holding it
+            first = next(
+                s for s in [JobSpec("t", ["earlier"], key="taken"), *specs] if s.key == spec.key
+            )
+            assert records[job_id].args == first.args and records[job_id].key == spec.key
+    fresh = [i for spec, i in zip(specs, ids, strict=True) if spec.key is None]
+    assert fresh == sorted(fresh) and len(set(fresh)) == len(fresh)
+    assert store.queue_stats()[0].counts["pending"] == len(fresh) + 4  # keys k0 k1 k2 taken
+
+
+def test_enqueue_ids_joins_the_callers_transaction(store: Store, store_url: str) -> None:
+    sqlite = store_url.startswith("sqlite")
+    conn = raw_connect(store_url)
+    try:
+        if sqlite:
+            conn.execute("BEGIN IMMEDIATE")
+        (job_id,) = store.job_enqueue_ids([JobSpec("t", ["rolled back"])], conn=conn)
+        conn.execute("ROLLBACK") if sqlite else conn.rollback()
+    finally:
+        conn.close()
+    with pytest.raises(errors.JobNotFound):
+        store.job_get(job_id)
+    assert store.job_list().jobs == ()
+
+
+def test_enqueue_ids_refuses_bad_input_and_stores_nothing(store: Store) -> None:
+    with pytest.raises(errors.PayloadError):
+        store.job_enqueue_ids([JobSpec("t", ["good"]), JobSpec("t", [math.nan])])
+    assert store.job_list().jobs == ()
+    assert store.job_enqueue_ids([]) == []
+
+
 def test_key_is_free_again_once_the_job_finished(store: Store) -> None:
     from tests.store.helpers import claim, complete, open_session
 

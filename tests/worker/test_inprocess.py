@@ -26,7 +26,9 @@ def test_sync_async_and_process_tasks_return_results(worker: Worker) -> None:
     jobs = tasks.add.enqueue_many([(i, i) for i in range(30)])
     coroutine = tasks.async_add.enqueue(2, 3)
     process = tasks.cpu.enqueue(100)
+    assert repr(jobs[0]) == f"<Job {jobs[0].id}>"  # a handle reads its job when asked
     assert [j.result(timeout=20) for j in jobs] == [2 * i for i in range(30)]
+    assert repr(jobs[0]) == f"<Job {jobs[0].id} succeeded>"
     assert coroutine.result(timeout=20) == 5
     assert process.result(timeout=30) == sum(i * i for i in range(100))
 

@@ -112,6 +112,13 @@ class Store(Protocol):
         """
         ...
 
+    def job_enqueue_ids(
+        self, specs: Sequence[JobSpec], *, conn: Any = None, now: Now = None
+    ) -> list[int]:
+        """:meth:`job_enqueue_many`, answering only each job's id, in input order: what a
+        producer's handles need, without building a record per job."""
+        ...
+
     def job_get(self, job_id: int) -> JobRecord:
         """Raise JobNotFound when there is no such job."""
         ...

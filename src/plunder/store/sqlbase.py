@@ -59,6 +59,16 @@ class SQLStore(Maintenance, Reads):
     def job_enqueue_many(
         self, specs: Sequence[JobSpec], *, conn: Any = None, now: Now = None
     ) -> list[JobRecord]:
+        return self._enqueue(specs, conn=conn, now=now, records=True)
+
+    def job_enqueue_ids(
+        self, specs: Sequence[JobSpec], *, conn: Any = None, now: Now = None
+    ) -> list[int]:
+        return self._enqueue(specs, conn=conn, now=now, records=False)
+
+    def _enqueue(
+        self, specs: Sequence[JobSpec], *, conn: Any, now: Now, records: bool
+    ) -> list[Any]:
         if len(specs) > MAX_ENQUEUE:
             raise errors.PayloadError(f"at most {MAX_ENQUEUE} jobs per enqueue, got {len(specs)}")
         rows = [convert.spec_row(spec) for spec in specs]
@@ -68,7 +78,7 @@ class SQLStore(Maintenance, Reads):
         # where the database delivers NOTIFY, the insert statement sends the wake-up itself
         insert = "job_insert_notify" if self.notifies else "job_insert"
 
-        def op(tx: Tx) -> list[JobRecord]:
+        def op(tx: Tx) -> list[Any]:
             clock = tx.clock(now)
             fresh: dict[int, Sequence[Any]] = {}  # inputs inserted now: the row returned
             active: dict[int, Row] = {}  # inputs whose key names an active job: that job
@@ -82,6 +92,12 @@ class SQLStore(Maintenance, Reads):
                 self._match_inserted(tx, rows, todo, (at, inserted), fresh=fresh, active=active)
             else:
                 raise errors.StoreBusy("idempotency keys kept changing state during enqueue")
+            if not records:
+                i_id = at.get("id", 0)
+                return [
+                    int(fresh[i][i_id]) if i in fresh else int(active[i]["id"])
+                    for i in range(len(rows))
+                ]
             times: dict[Any, datetime] = {}  # a batch shares its created_at and most run_at
             return [
                 self._fresh(rows[i], specs[i], fresh[i], at, times)

@@ -35,7 +35,7 @@ from plunder.model import ErrorInfo, JobRecord
 from plunder.task import Task
 
 
-@dataclass
+@dataclass(slots=True)
 class Outcome:
     """What one attempt produced: a result, or an error."""
 
@@ -46,7 +46,7 @@ class Outcome:
     error_info: ErrorInfo | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Handle:
     """A job in flight, as its runner knows it."""
 

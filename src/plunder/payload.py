@@ -67,12 +67,20 @@ def _dump(value: Any) -> str:
         return _encoder.encode(value)
 
 
+_INT_FAST = 10**18  # far below any limit: written as the encoder would, without it
+
+
 def encode(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> str:
     """Encode ``value`` as compact JSON text, or raise PayloadError naming ``what``."""
     if value is None:
         return "null"
-    if type(value) in (list, dict) and not value:  # the common empty cases, without the encoder
-        return "[]" if type(value) is list else "{}"
+    kind = type(value)
+    if kind is int and -_INT_FAST < value < _INT_FAST:  # a task's usual result: a count, an id
+        return int.__repr__(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if kind in (list, dict) and not value:  # the common empty cases, without the encoder
+        return "[]" if kind is list else "{}"
     try:
         text = _dump(value)
     except (TypeError, ValueError) as exc:

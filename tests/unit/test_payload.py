@@ -292,3 +292,11 @@ def test_a_payload_that_contains_itself_is_refused_and_the_next_encodes() -> Non
         payload.encode(loop, what="arguments")
     shared = [1, 2]
     assert payload.encode([shared, shared]) == "[[1,2],[1,2]]"  # shared is not circular
+
+
+@pytest.mark.parametrize(
+    "value", [0, -1, 7, True, False, 10**18 - 1, -(10**18) + 1, 10**18, -(10**18), 2**63, 10**4000]
+)
+def test_scalars_on_the_short_path_are_written_as_the_encoder_writes_them(value: Any) -> None:
+    assert payload.encode(value) == _standard.encode(value)
+    assert payload.decode(payload.encode(value)) == value

@@ -209,6 +209,8 @@ class JobRecord:
 # JobRecord(*values), fields in declaration order, at a sixth of the cost
 build_job = positional_builder(JobRecord)
 _build_claim = positional_builder(Claim)  # asked for twice per job a worker runs
+# Completion(claim, result, logs, effects, encoded): one per job a worker runs
+build_completion = positional_builder(Completion)
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,13 +48,12 @@ from plunder.model import (
     Heartbeat,
     JobRecord,
     Session,
-    positional_builder,
+    build_completion,
 )
 from plunder.states import Outcome as RunOutcome
 from plunder.store import Store, open_store
 
 log = logging.getLogger("plunder.worker")
-_build_completion = positional_builder(Completion)
 STREAM_INTERVAL = 0.05
 ACK_BATCH = 200
 ACK_LINGER = 0.002  # seconds a turn may wait for more results to send with it
@@ -425,9 +424,8 @@ class Worker:
         except errors.PayloadError as exc:
             self._failures.append(self._failure(handle, ErrorInfo.from_exception(exc), None))
             return
-        # claim, result, logs, effects, encoded: positional, one per job the worker runs
         self._completions.append(
-            _build_completion(handle.ctx.claim, result, tuple(handle.ctx.log_lines), None, text)
+            build_completion(handle.ctx.claim, result, tuple(handle.ctx.log_lines), None, text)
         )
 
     def _failed(self, handle: Handle, outcome: Outcome) -> None:

@@ -93,9 +93,8 @@ class SQLStore(Maintenance, Reads):
             else:
                 raise errors.StoreBusy("idempotency keys kept changing state during enqueue")
             if not records:
-                i_id = at.get("id", 0)
                 return [
-                    int(fresh[i][i_id]) if i in fresh else int(active[i]["id"])
+                    int(fresh[i][at["id"]]) if i in fresh else int(active[i]["id"])
                     for i in range(len(rows))
                 ]
             times: dict[Any, datetime] = {}  # a batch shares its created_at and most run_at

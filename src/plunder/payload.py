@@ -70,8 +70,11 @@ def _dump(value: Any) -> str:
 _INT_FAST = 10**18  # far below any limit: written as the encoder would, without it
 
 
-def encode(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> str:
-    """Encode ``value`` as compact JSON text, or raise PayloadError naming ``what``."""
+def encode(
+    value: Any, *, what: str = "payload", of: str | None = None, limit: int = MAX_PAYLOAD_BYTES
+) -> str:
+    """Encode ``value`` as compact JSON text, or raise PayloadError naming ``what`` (``of``
+    a task, say, when given: the name is only written out for an error)."""
     if value is None:
         return "null"
     kind = type(value)
@@ -84,18 +87,26 @@ def encode(value: Any, *, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES)
     try:
         text = _dump(value)
     except (TypeError, ValueError) as exc:
-        raise errors.PayloadError(f"{what} is not JSON-serializable: {exc}") from exc
+        raise errors.PayloadError(f"{_name(what, of)} is not JSON-serializable: {exc}") from exc
     except RecursionError as exc:
-        raise errors.PayloadError(f"{what} is nested too deeply") from exc
+        raise errors.PayloadError(f"{_name(what, of)} is nested too deeply") from exc
     # most payloads are ASCII: one byte per character, and no lone surrogates
-    size = len(text) if text.isascii() else _utf8_size(text, what)
+    size = len(text) if text.isascii() else _utf8_size(text, _name(what, of))
     if size > limit:
-        raise errors.PayloadError(f"{what} is {size} bytes of JSON; the limit is {limit}")
+        raise errors.PayloadError(
+            f"{_name(what, of)} is {size} bytes of JSON; the limit is {limit}"
+        )
     # Python's JSON decoder recurses too: a payload nested nearly to the recursion limit
     # encodes here but cannot be decoded from a worker's deeper call stack.
     if text.count("[") + text.count("{") > MAX_NESTING and _too_deep(value):
-        raise errors.PayloadError(f"{what} is nested more than {MAX_NESTING} levels deep")
+        raise errors.PayloadError(
+            f"{_name(what, of)} is nested more than {MAX_NESTING} levels deep"
+        )
     return text
+
+
+def _name(what: str, of: str | None) -> str:
+    return what if of is None else f"{what} of {of}"
 
 
 def _utf8_size(text: str, what: str) -> int:

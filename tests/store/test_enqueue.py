@@ -62,6 +62,38 @@ def test_keys_repeated_across_a_large_batch(store: Store) -> None:
     assert all(store.job_get(j.id) == j for j in jobs[:3] + jobs[-3:])
 
 
+@pytest.mark.parametrize("runs", [2, 10], ids=["few-runs", "mixed"])
+def test_batches_mixing_options_keep_input_order(store: Store, runs: int) -> None:
+    # a batch inserts a run of jobs with the same options in one statement, and a batch
+    # mixing options more often in one statement with each row's own: ids follow the input
+    # order either way, each job keeps its own options, and a key repeated in a later run
+    # names the first job
+    options = [
+        {"queue": "a"},
+        {"queue": "b", "priority": 3},
+        {"queue": "a", "timeout": 1.5, "max_attempts": 2},
+    ]
+    specs = [JobSpec("t", [i], **options[(i // (30 // runs)) % 3]) for i in range(30)] + [
+        JobSpec("t", ["k1"], key="k"),
+        JobSpec("u", ["k2"], queue="b", key="k"),
+    ]
+    jobs = store.job_enqueue_many(specs)
+    assert [j.args for j in jobs[:-1]] == [[i] for i in range(30)] + [["k1"]]
+    assert [j.id for j in jobs[:-1]] == sorted(j.id for j in jobs[:-1])
+    assert jobs[-1].id == jobs[-2].id and jobs[-1].task == "t"
+    for spec, job in zip(specs[:-1], jobs[:-1], strict=True):
+        stored = store.job_get(job.id)
+        assert stored == job
+        assert (job.queue, job.priority, job.timeout, job.max_attempts) == (
+            spec.queue,
+            spec.priority,
+            spec.timeout,
+            spec.max_attempts,
+        )
+    ids = store.job_enqueue_ids(specs)
+    assert len(set(ids)) == 31 and ids[-1] == ids[-2] == jobs[-1].id  # the key is taken
+
+
 def test_enqueue_ids_answers_what_enqueue_many_would(store: Store) -> None:
     """Ids only, in input order: a new job's own id, and for a key that names an active
     job (earlier in the store or earlier in the batch) that job's id."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Container, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from plunder import errors, payload
@@ -109,21 +111,81 @@ def spec_settings(spec: JobSpec) -> dict[str, Any]:
     return found
 
 
-def spec_row(spec: JobSpec) -> dict[str, Any]:
-    """Validate and encode one spec; raise before anything is written."""
-    if not isinstance(spec.args, list | tuple):
-        raise errors.PayloadError(
-            f"args of {spec.task!r} must be a list, not {type(spec.args).__name__}"
-        )
-    kwargs = spec.kwargs
+_options_of = operator.attrgetter(
+    "queue", "task", "priority", "max_attempts", "timeout",
+    "backoff_base", "backoff_cap", "retry_on_timeout", "delay",
+)  # fmt: skip
+
+
+MIXED_RUNS = 4  # runs of jobs with the same options an enqueue inserts one statement each
+
+
+@dataclass(slots=True)
+class Inserts:
+    """Specs validated and encoded for ``job_insert``: for each, its options (the dict
+    ``spec_settings`` shares between specs that have the same ones) and its own values
+    (args, kwargs, key). Ids must follow input order, so each run of specs with the same
+    options inserts in one statement that binds them once; a batch that mixes options more
+    often than MIXED_RUNS inserts in one ``job_insert_mixed`` that binds each row's own."""
+
+    settings: list[dict[str, Any]]
+    rows: list[dict[str, Any]]
+    runs: list[list[int]]
+    query: str
+
+    def statements(
+        self, done: Container[int]
+    ) -> Iterator[tuple[list[int], list[dict[str, Any]], dict[str, Any]]]:
+        """For each run with inputs not yet done: those inputs, their rows, and the values
+        the statement binds once."""
+        for run in self.runs:
+            todo = [i for i in run if i not in done]
+            if todo:
+                common = self.settings[todo[0]] if self.query == "job_insert" else {}
+                yield todo, [self.rows[i] for i in todo], common
+
+
+def inserts(specs: Sequence[JobSpec]) -> Inserts:
+    """Validate and encode specs (see Inserts); raise before anything is written. Specs made
+    from one task's options hold the very same option objects, so a spec like the one
+    before it is not looked up again."""
+    settings: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    runs: list[list[int]] = []
+    before: tuple[Any, ...] = ()
+    options: dict[str, Any] = {}
+    for i, spec in enumerate(specs):
+        values = _options_of(spec)
+        if not (before and all(map(operator.is_, values, before))):
+            found = spec_settings(spec)
+            if found is not options:
+                runs.append([])
+            options = found
+        before = values
+        settings.append(options)
+        rows.append(_own_values(spec))
+        runs[-1].append(i)
+    if len(runs) <= MIXED_RUNS:
+        return Inserts(settings, rows, runs, "job_insert")
+    merged = [{**options, **row} for options, row in zip(settings, rows, strict=True)]
+    return Inserts(settings, merged, [list(range(len(rows)))], "job_insert_mixed")
+
+
+def _own_values(spec: JobSpec) -> dict[str, Any]:
+    args, kwargs = spec.args, spec.kwargs
+    if type(args) is not list:
+        if not isinstance(args, list | tuple):
+            raise errors.PayloadError(
+                f"args of {spec.task!r} must be a list, not {type(args).__name__}"
+            )
+        args = list(args)
     if not isinstance(kwargs, dict) or (kwargs and not all(isinstance(k, str) for k in kwargs)):
         raise errors.PayloadError(f"kwargs of {spec.task!r} must be a dict with string keys")
-    row = dict(spec_settings(spec))
-    args = spec.args if type(spec.args) is list else list(spec.args)
-    row["args"] = payload.encode(args, what=f"arguments of {spec.task}")
-    row["kwargs"] = payload.encode(kwargs, what=f"keyword arguments of {spec.task}")
-    row["key"] = payload.check_key(spec.key)
-    return row
+    return {
+        "args": payload.encode(args, what="arguments", of=spec.task),
+        "kwargs": payload.encode(kwargs, what="keyword arguments", of=spec.task),
+        "key": payload.check_key(spec.key),
+    }
 
 
 def claims_of(rows: list[Row]) -> set[Claim]:

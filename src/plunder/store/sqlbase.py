@@ -71,12 +71,12 @@ class SQLStore(Maintenance, Reads):
     ) -> list[Any]:
         if len(specs) > MAX_ENQUEUE:
             raise errors.PayloadError(f"at most {MAX_ENQUEUE} jobs per enqueue, got {len(specs)}")
-        rows = [convert.spec_row(spec) for spec in specs]
+        batch = convert.inserts(specs)
+        settings, rows = batch.settings, batch.rows
         if not rows:
             return []
-
         # where the database delivers NOTIFY, the insert statement sends the wake-up itself
-        insert = "job_insert_notify" if self.notifies else "job_insert"
+        insert = batch.query + ("_notify" if self.notifies else "")
 
         def op(tx: Tx) -> list[Any]:
             clock = tx.clock(now)
@@ -84,14 +84,18 @@ class SQLStore(Maintenance, Reads):
             active: dict[int, Row] = {}  # inputs whose key names an active job: that job
             at: dict[str, int] = {}
             for _ in range(5):  # a keyed job can finish between our insert and our read
-                todo = [i for i in range(len(rows)) if i not in fresh and i not in active]
-                if not todo:
+                left = list(batch.statements(fresh.keys() | active.keys()))
+                for todo, values, common in left:
+                    names, inserted = tx.batch_table(insert, values, now=clock, **common)
+                    at = {name: i for i, name in enumerate(names)}
+                    self._match_inserted(
+                        tx, rows, settings, todo, (at, inserted), fresh=fresh, active=active
+                    )
+                if not left:
                     break
-                names, inserted = tx.batch_table(insert, [rows[i] for i in todo], now=clock)
-                at = {name: i for i, name in enumerate(names)}
-                self._match_inserted(tx, rows, todo, (at, inserted), fresh=fresh, active=active)
             else:
-                raise errors.StoreBusy("idempotency keys kept changing state during enqueue")
+                if len(fresh) + len(active) < len(rows):
+                    raise errors.StoreBusy("idempotency keys kept changing state during enqueue")
             if not records:
                 return [
                     int(fresh[i][at["id"]]) if i in fresh else int(active[i]["id"])
@@ -99,7 +103,7 @@ class SQLStore(Maintenance, Reads):
                 ]
             times: dict[Any, datetime] = {}  # a batch shares its created_at and most run_at
             return [
-                self._fresh(rows[i], specs[i], fresh[i], at, times)
+                self._fresh((settings[i], rows[i]), specs[i], fresh[i], at, times)
                 if i in fresh
                 else self._job(active[i])
                 for i in range(len(rows))
@@ -110,7 +114,7 @@ class SQLStore(Maintenance, Reads):
 
     def _fresh(
         self,
-        row: dict[str, Any],
+        encoded: tuple[dict[str, Any], dict[str, Any]],
         spec: JobSpec,
         inserted: Sequence[Any],
         at: dict[str, int],
@@ -118,6 +122,7 @@ class SQLStore(Maintenance, Reads):
     ) -> JobRecord:
         """The record of a job just inserted, from what we inserted (what the stored JSON
         text decodes to) and what the database assigned (id and times)."""
+        options, row = encoded
         run_at, created_at = inserted[at["run_at"]], inserted[at["created_at"]]
         if run_at not in times:
             times[run_at] = self._time(run_at)
@@ -125,18 +130,18 @@ class SQLStore(Maintenance, Reads):
             times[created_at] = self._time(created_at)
         return build_job(
             int(inserted[at["id"]]),
-            row["queue"],
-            row["task"],
+            options["queue"],
+            options["task"],
             payload.copy_or_decode(spec.args, row["args"]),
             payload.copy_or_decode(spec.kwargs, row["kwargs"]),
-            row["priority"],
+            options["priority"],
             Status.PENDING,
             0,  # attempt
-            row["max_attempts"],
-            row["timeout"],
-            row["backoff_base"],
-            row["backoff_cap"],
-            row["retry_on_timeout"],
+            options["max_attempts"],
+            options["timeout"],
+            options["backoff_base"],
+            options["backoff_cap"],
+            options["retry_on_timeout"],
             row["key"],
             times[run_at],
             times[created_at],
@@ -154,6 +159,7 @@ class SQLStore(Maintenance, Reads):
         self,
         tx: Tx,
         rows: list[dict[str, Any]],
+        settings: list[dict[str, Any]],
         todo: list[int],
         returned: tuple[dict[str, int], list[Sequence[Any]]],
         *,
@@ -174,7 +180,7 @@ class SQLStore(Maintenance, Reads):
             if key is None or (key in new_keys and key not in taken):
                 row = by_id[position]
                 position += 1
-                if row[i_key] != key or row[i_task] != rows[i]["task"]:
+                if row[i_key] != key or row[i_task] != settings[i]["task"]:
                     raise errors.StoreError("enqueue returned rows out of input order")
                 fresh[i] = row
                 if key is not None:

@@ -42,8 +42,45 @@ SELECT version FROM plunder_schema WHERE id = 1 FOR UPDATE;
 UPDATE plunder_schema SET version = %(version)s WHERE id = 1;
 
 -- name: job_insert
--- batch. A key that names an active job inserts nothing; the store then reads that job.
--- ORDER BY ord makes ids follow the input order, which the store relies on to match rows.
+-- batch. The jobs of one batch share their options (queue, task, priority, …), bound once;
+-- each row brings its args, kwargs and key. A key that names an active job inserts
+-- nothing; the store then reads that job. ORDER BY ord makes ids follow the input order,
+-- which the store relies on to match rows.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+INSERT INTO plunder_jobs (
+    queue, task, args, kwargs, priority, max_attempts, timeout,
+    backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at
+)
+SELECT %(queue)s::text, %(task)s::text, u.args, u.kwargs, %(priority)s::int,
+       %(max_attempts)s::int, %(timeout)s::float8, %(backoff_base)s::float8,
+       %(backoff_cap)s::float8, %(retry_on_timeout)s::bool, u.key,
+       clock.now + %(delay)s::float8 * interval '1 second', clock.now
+FROM unnest(%(args)s::text[], %(kwargs)s::text[], %(key)s::text[])
+         WITH ORDINALITY AS u(args, kwargs, key, ord),
+     clock
+ORDER BY u.ord
+ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
+RETURNING id, key, task, queue, created_at, run_at;
+
+-- name: job_insert_notify
+-- job_insert, which also wakes the workers of the queues it inserted into when the
+-- transaction commits: an enqueue makes one round trip fewer than with a separate notify.
+-- A list of queues too long for one notification (8000 bytes) says "*", every queue.
+-- The store uses it only where the database delivers notifications (Store.notifies).
+WITH inserted AS (
+/* include: job_insert */
+),
+woken AS (
+    SELECT pg_notify(
+        'plunder_enqueued', CASE WHEN octet_length(names) < 7900 THEN names ELSE '*' END
+    )
+    FROM (SELECT string_agg(DISTINCT queue, ',') AS names FROM inserted) AS q
+    WHERE names IS NOT NULL
+)
+SELECT inserted.* FROM inserted LEFT JOIN woken ON true;
+
+-- name: job_insert_mixed
+-- batch. job_insert for jobs that do not share their options: each row brings its own.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 INSERT INTO plunder_jobs (
     queue, task, args, kwargs, priority, max_attempts, timeout,
@@ -64,13 +101,10 @@ ORDER BY u.ord
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
 RETURNING id, key, task, queue, created_at, run_at;
 
--- name: job_insert_notify
--- job_insert, which also wakes the workers of the queues it inserted into when the
--- transaction commits: an enqueue makes one round trip fewer than with a separate notify.
--- A list of queues too long for one notification (8000 bytes) says "*", every queue.
--- The store uses it only where the database delivers notifications (Store.notifies).
+-- name: job_insert_mixed_notify
+-- job_insert_notify for job_insert_mixed.
 WITH inserted AS (
-/* include: job_insert */
+/* include: job_insert_mixed */
 ),
 woken AS (
     SELECT pg_notify(

@@ -38,7 +38,28 @@ SELECT version FROM plunder_schema WHERE id = 1;
 UPDATE plunder_schema SET version = :version WHERE id = 1;
 
 -- name: job_insert
--- batch. A key that names an active job inserts nothing; the store then reads that job.
+-- batch. The jobs of one batch share their options (queue, task, priority, …), bound once;
+-- each row brings its args, kwargs and key. A key that names an active job inserts
+-- nothing; the store then reads that job. (WHERE true: SQLite's parser needs it before
+-- ON CONFLICT in an INSERT … SELECT.)
+INSERT INTO plunder_jobs (
+    queue, task, args, kwargs, priority, max_attempts, timeout,
+    backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at
+)
+SELECT :queue, :task, v.column1, v.column2, :priority, :max_attempts, :timeout,
+       :backoff_base, :backoff_cap, :retry_on_timeout, v.column3, :now + :delay, :now
+FROM (VALUES (:args, :kwargs, :key)) AS v
+WHERE true
+ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
+RETURNING id, key, task, queue, created_at, run_at;
+
+-- name: job_insert_notify
+-- SQLite has no NOTIFY (see notify): job_insert as it is, never sent; it exists so that
+-- both dialects name the same operations.
+/* include: job_insert */;
+
+-- name: job_insert_mixed
+-- batch. job_insert for jobs that do not share their options: each row brings its own.
 INSERT INTO plunder_jobs (
     queue, task, args, kwargs, priority, max_attempts, timeout,
     backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at
@@ -49,10 +70,9 @@ INSERT INTO plunder_jobs (
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
 RETURNING id, key, task, queue, created_at, run_at;
 
--- name: job_insert_notify
--- SQLite has no NOTIFY (see notify): job_insert as it is, never sent; it exists so that
--- both dialects name the same operations.
-/* include: job_insert */;
+-- name: job_insert_mixed_notify
+-- As job_insert_notify.
+/* include: job_insert_mixed */;
 
 -- name: job_get_active_by_keys
 SELECT * FROM plunder_jobs

@@ -420,7 +420,7 @@ class Worker:
 
     def _succeeded(self, handle: Handle, result: Any) -> None:
         try:
-            text = payload.encode(result, what=f"result of {handle.task.name}")
+            text = payload.encode(result, what="result", of=handle.task.name)
         except errors.PayloadError as exc:
             self._failures.append(self._failure(handle, ErrorInfo.from_exception(exc), None))
             return

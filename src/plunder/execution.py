@@ -18,7 +18,6 @@ A process-pool task talks to its worker over one pipe::
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import enum
 import importlib
 import logging
@@ -53,7 +52,7 @@ class Handle:
     job: JobRecord
     task: Task
     ctx: Context
-    future: concurrent.futures.Future[Any] | None = None
+    future: asyncio.Task[Any] | None = None  # an async task's, on the runner's loop
     process: Any = None
     thread: threading.Thread | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -146,12 +145,16 @@ class ThreadRunner:
 
 
 class AsyncRunner:
-    """One event loop on a thread of its own, shared by every ``async def`` task."""
+    """One event loop on a thread of its own, shared by every ``async def`` task. Jobs
+    started together reach the loop together: the first wakes it, and the rest join the
+    same hand-over instead of each writing to the loop's wake-up pipe."""
 
     def __init__(self, outcomes: queue.SimpleQueue[Any]) -> None:
         self.outcomes = outcomes
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._arriving: list[Handle] = []  # started, not yet handed to the loop
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
@@ -178,22 +181,41 @@ class AsyncRunner:
         return self._loop
 
     def start(self, handle: Handle) -> None:
-        async def run() -> None:
-            try:
-                args, kwargs = call_arguments(handle.task, handle.job, handle.ctx)
-                result = await handle.task.fn(*args, **kwargs)
-            except asyncio.CancelledError as exc:
-                self.outcomes.put(Outcome(handle.job, False, error=exc))
-                raise
-            except BaseException as exc:
-                self.outcomes.put(Outcome(handle.job, False, error=exc))
-                return
-            self.outcomes.put(Outcome(handle.job, True, result=result))
+        loop = self._ensure_loop()
+        with self._lock:
+            self._arriving.append(handle)
+            first = len(self._arriving) == 1
+        if first:
+            loop.call_soon_threadsafe(self._hand_over)
 
-        handle.future = asyncio.run_coroutine_threadsafe(run(), self._ensure_loop())
+    def _hand_over(self) -> None:
+        """On the loop: a task for every job started since the last hand-over."""
+        with self._lock:
+            handles, self._arriving = self._arriving, []
+        loop = asyncio.get_running_loop()
+        for handle in handles:
+            handle.future = loop.create_task(self._run(handle))
+
+    async def _run(self, handle: Handle) -> None:
+        try:
+            args, kwargs = call_arguments(handle.task, handle.job, handle.ctx)
+            result = await handle.task.fn(*args, **kwargs)
+        except asyncio.CancelledError as exc:
+            self.outcomes.put(Outcome(handle.job, False, error=exc))
+            raise
+        except BaseException as exc:
+            self.outcomes.put(Outcome(handle.job, False, error=exc))
+            return
+        self.outcomes.put(Outcome(handle.job, True, result=result))
 
     def stop(self, handle: Handle, reason: str) -> None:
         handle.ctx.cancel(reason)
+        if self._loop is not None:
+            # after the hand-over that makes its task: the loop runs callbacks in order
+            self._loop.call_soon_threadsafe(self._cancel, handle)
+
+    @staticmethod
+    def _cancel(handle: Handle) -> None:
         if handle.future is not None:
             handle.future.cancel()
 

@@ -3,6 +3,7 @@ streams. The process-level behaviour (signals, crashes) is in test_processes.py.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 
@@ -69,6 +70,30 @@ def test_cancelling_a_running_task_stops_it(worker: Worker) -> None:
     assert job.status == Status.CANCELLED
     assert job.runs[0].outcome == Outcome.CANCELLED
     assert tasks.add.enqueue(1, 2).result(timeout=10) == 3
+
+
+def test_async_jobs_started_together_all_run_and_a_cancel_reaches_its_coroutine(
+    worker: Worker,
+) -> None:
+    # jobs claimed in one turn reach the event loop in one hand-over
+    jobs = tasks.async_add.enqueue_many([(i, 1) for i in range(300)])
+    assert [j.result(timeout=30) for j in jobs] == [i + 1 for i in range(300)]
+    sleeper = tasks.async_sleepy.options(timeout=60).enqueue(30)
+    wait_for(lambda: sleeper.status == Status.RUNNING, what="running")
+    sleeper.cancel()
+    wait_for(lambda: not worker._running, timeout=5, what="the worker dropped the coroutine")
+    assert sleeper.status == Status.CANCELLED
+
+    async def others() -> int:
+        return len(asyncio.all_tasks()) - 1  # less this one
+
+    loop = worker._async._loop
+    assert loop is not None
+    wait_for(
+        lambda: asyncio.run_coroutine_threadsafe(others(), loop).result(timeout=5) == 0,
+        timeout=5,
+        what="the cancelled coroutine ended",
+    )
 
 
 @pytest.mark.parametrize("task", ["thread_slow", "async_sleepy", "cpu_hang"])

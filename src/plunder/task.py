@@ -44,25 +44,17 @@ class Options:
     key: str | None = None
 
     def spec(self, task: str, args: Sequence[Any], kwargs: dict[str, Any]) -> JobSpec:
+        return self.maker(task)(args, kwargs)
+
+    def maker(self, task: str) -> Callable[[Sequence[Any], dict[str, Any]], JobSpec]:
+        """``spec`` for many calls of one task: the options are checked once."""
         if (
             isinstance(self.retries, bool)
             or not isinstance(self.retries, int)
             or (self.retries < 0)
         ):
             raise ValueError(f"retries must be a non-negative integer, not {self.retries!r}")
-        # Refused, not converted: list() of a dict keeps its keys and of a string its letters.
-        if not isinstance(args, list | tuple):
-            raise errors.PayloadError(
-                f"arguments of {task!r} must be a list or tuple, not {type(args).__name__}"
-            )
-        if not isinstance(kwargs, dict):
-            raise errors.PayloadError(
-                f"keyword arguments of {task!r} must be a dict, not {type(kwargs).__name__}"
-            )
-        return build_spec(
-            task,
-            list(args),
-            dict(kwargs),
+        options = (
             self.queue,
             self.priority,
             self.delay,
@@ -73,6 +65,34 @@ class Options:
             self.retry_on_timeout,
             self.key,
         )
+
+        def make(args: Sequence[Any], kwargs: dict[str, Any]) -> JobSpec:
+            # Refused, not converted: list() of a dict keeps its keys and of a string its
+            # letters.
+            if not isinstance(args, list | tuple):
+                raise errors.PayloadError(
+                    f"arguments of {task!r} must be a list or tuple, not {type(args).__name__}"
+                )
+            if not isinstance(kwargs, dict):
+                raise errors.PayloadError(
+                    f"keyword arguments of {task!r} must be a dict, not {type(kwargs).__name__}"
+                )
+            return build_spec(task, list(args), dict(kwargs), *options)
+
+        return make
+
+
+def _call_arguments(call: Any) -> tuple[Sequence[Any], dict[str, Any]]:
+    """The positional and keyword arguments of one call given to ``enqueue_many``."""
+    if isinstance(call, tuple):
+        if len(call) == 2 and isinstance(call[0], list | tuple) and isinstance(call[1], dict):
+            return call[0], call[1]
+        return call, {}
+    if isinstance(call, dict):
+        return (), call
+    if isinstance(call, list):
+        return call, {}
+    return (call,), {}
 
 
 @functools.lru_cache(maxsize=1024)
@@ -136,26 +156,13 @@ class Task:
     def enqueue_many(self, calls: Iterable[Any], *, conn: Any = None) -> list[Any]:
         """Enqueue many jobs in one transaction. Each call is a tuple of positional
         arguments, a dict of keyword arguments, or an ``(args, kwargs)`` pair."""
-        return self._producer().enqueue_specs([self._call_spec(c) for c in calls], conn=conn)
+        make = self.options_.maker(self.name)
+        return self._producer().enqueue_specs([make(*_call_arguments(c)) for c in calls], conn=conn)
 
     def enqueue_in(self, conn: Any, *args: Any, **kwargs: Any) -> Any:
         """Enqueue inside the caller's open transaction on ``conn`` (sqlite3 or psycopg):
         the job exists if and only if that transaction commits."""
         return self._producer().enqueue_specs([self.spec(args, kwargs)], conn=conn)[0]
-
-    def _call_spec(self, call: Any) -> JobSpec:
-        if isinstance(call, dict):
-            return self.spec((), call)
-        if (
-            isinstance(call, tuple)
-            and len(call) == 2
-            and isinstance(call[0], list | tuple)
-            and isinstance(call[1], dict)
-        ):
-            return self.spec(call[0], call[1])
-        if isinstance(call, list | tuple):
-            return self.spec(call, {})
-        return self.spec((call,), {})
 
     def _producer(self) -> Producer:
         if self.producer is None:

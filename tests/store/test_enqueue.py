@@ -65,9 +65,9 @@ def test_keys_repeated_across_a_large_batch(store: Store) -> None:
 @pytest.mark.parametrize("runs", [2, 10], ids=["few-runs", "mixed"])
 def test_batches_mixing_options_keep_input_order(store: Store, runs: int) -> None:
     # a batch inserts a run of jobs with the same options in one statement, and a batch
-    # mixing options more often in one statement with each row's own: ids follow the input
-    # order either way, each job keeps its own options, and a key repeated in a later run
-    # names the first job
+    # with more runs than the store allows (SQLite four, PostgreSQL one) in one statement
+    # with each row's own options: ids follow the input order either way, each job keeps
+    # its own options, and a key repeated in a later run names the first job
     options = [
         {"queue": "a"},
         {"queue": "b", "priority": 3},

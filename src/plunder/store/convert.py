@@ -117,16 +117,14 @@ _options_of = operator.attrgetter(
 )  # fmt: skip
 
 
-MIXED_RUNS = 4  # runs of jobs with the same options an enqueue inserts one statement each
-
-
 @dataclass(slots=True)
 class Inserts:
     """Specs validated and encoded for ``job_insert``: for each, its options (the dict
     ``spec_settings`` shares between specs that have the same ones) and its own values
     (args, kwargs, key). Ids must follow input order, so each run of specs with the same
-    options inserts in one statement that binds them once; a batch that mixes options more
-    often than MIXED_RUNS inserts in one ``job_insert_mixed`` that binds each row's own."""
+    options inserts in one statement that binds them once; a batch with more runs than
+    the store allows (``Engine.insert_runs``) inserts in one ``job_insert_mixed`` that binds
+    each row's own."""
 
     settings: list[dict[str, Any]]
     rows: list[dict[str, Any]]
@@ -145,7 +143,7 @@ class Inserts:
                 yield todo, [self.rows[i] for i in todo], common
 
 
-def inserts(specs: Sequence[JobSpec]) -> Inserts:
+def inserts(specs: Sequence[JobSpec], runs_allowed: int) -> Inserts:
     """Validate and encode specs (see Inserts); raise before anything is written. Specs made
     from one task's options hold the very same option objects, so a spec like the one
     before it is not looked up again."""
@@ -165,7 +163,7 @@ def inserts(specs: Sequence[JobSpec]) -> Inserts:
         settings.append(options)
         rows.append(_own_values(spec))
         runs[-1].append(i)
-    if len(runs) <= MIXED_RUNS:
+    if len(runs) <= runs_allowed:
         return Inserts(settings, rows, runs, "job_insert")
     merged = [{**options, **row} for options, row in zip(settings, rows, strict=True)]
     return Inserts(settings, merged, [list(range(len(rows)))], "job_insert_mixed")

@@ -110,6 +110,9 @@ class Engine(ABC):
     url: str
     notifies = False  # whether the database delivers NOTIFY to listeners
     claim_opens_runs = False  # whether job_claim_many writes the runs (else run_open does)
+    # runs of jobs with the same options an enqueue inserts one statement each, before it
+    # inserts a batch in one statement with each row's options (see convert.Inserts)
+    insert_runs = 4
 
     def __init__(
         self, *, busy_total: float = policy.BUSY_TOTAL, busy_interval: float = policy.BUSY_INTERVAL

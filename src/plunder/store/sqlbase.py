@@ -71,7 +71,7 @@ class SQLStore(Maintenance, Reads):
     ) -> list[Any]:
         if len(specs) > MAX_ENQUEUE:
             raise errors.PayloadError(f"at most {MAX_ENQUEUE} jobs per enqueue, got {len(specs)}")
-        batch = convert.inserts(specs)
+        batch = convert.inserts(specs, self.insert_runs)
         settings, rows = batch.settings, batch.rows
         if not rows:
             return []

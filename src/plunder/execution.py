@@ -186,7 +186,12 @@ class AsyncRunner:
             self._arriving.append(handle)
             first = len(self._arriving) == 1
         if first:
-            loop.call_soon_threadsafe(self._hand_over)
+            try:
+                loop.call_soon_threadsafe(self._hand_over)
+            except BaseException:  # a closed loop: nothing will take these jobs
+                with self._lock:
+                    self._arriving.clear()
+                raise
 
     def _hand_over(self) -> None:
         """On the loop: a task for every job started since the last hand-over."""
@@ -194,7 +199,9 @@ class AsyncRunner:
             handles, self._arriving = self._arriving, []
         loop = asyncio.get_running_loop()
         for handle in handles:
-            handle.future = loop.create_task(self._run(handle))
+            task = handle.future = loop.create_task(self._run(handle))
+            if handle.ctx.cancelled:  # stopped from another thread before its task existed
+                task.cancel()
 
     async def _run(self, handle: Handle) -> None:
         try:
@@ -209,10 +216,16 @@ class AsyncRunner:
         self.outcomes.put(Outcome(handle.job, True, result=result))
 
     def stop(self, handle: Handle, reason: str) -> None:
-        handle.ctx.cancel(reason)
-        if self._loop is not None:
-            # after the hand-over that makes its task: the loop runs callbacks in order
-            self._loop.call_soon_threadsafe(self._cancel, handle)
+        handle.ctx.cancel(reason)  # before the cancel below: a hand-over still to come sees it
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(self._cancel, handle)
+        except RuntimeError:
+            if not loop.is_closed():
+                raise
+            # closed: the loop cancelled every task it had before it closed
 
     @staticmethod
     def _cancel(handle: Handle) -> None:

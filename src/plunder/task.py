@@ -156,8 +156,9 @@ class Task:
     def enqueue_many(self, calls: Iterable[Any], *, conn: Any = None) -> list[Any]:
         """Enqueue many jobs in one transaction. Each call is a tuple of positional
         arguments, a dict of keyword arguments, or an ``(args, kwargs)`` pair."""
+        producer = self._producer()
         make = self.options_.maker(self.name)
-        return self._producer().enqueue_specs([make(*_call_arguments(c)) for c in calls], conn=conn)
+        return producer.enqueue_specs([make(*_call_arguments(c)) for c in calls], conn=conn)
 
     def enqueue_in(self, conn: Any, *args: Any, **kwargs: Any) -> Any:
         """Enqueue inside the caller's open transaction on ``conn`` (sqlite3 or psycopg):

@@ -161,7 +161,9 @@ def inserts(specs: Sequence[JobSpec], runs_allowed: int) -> Inserts:
             options = found
         before = values
         settings.append(options)
-        rows.append(_own_values(spec))
+        row = _own_values(spec)
+        row["ord"] = i  # orders the insert: ids follow the input
+        rows.append(row)
         runs[-1].append(i)
     if len(runs) <= runs_allowed:
         return Inserts(settings, rows, runs, "job_insert")

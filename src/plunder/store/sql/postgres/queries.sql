@@ -44,8 +44,8 @@ UPDATE plunder_schema SET version = %(version)s WHERE id = 1;
 -- name: job_insert
 -- batch. The jobs of one batch share their options (queue, task, priority, …), bound once;
 -- each row brings its args, kwargs and key. A key that names an active job inserts
--- nothing; the store then reads that job. ORDER BY ord makes ids follow the input order,
--- which the store relies on to match rows.
+-- nothing; the store then reads that job. ORDER BY ord (each row's place in the input)
+-- makes ids follow the input order, which the store relies on to match rows.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 INSERT INTO plunder_jobs (
     queue, task, args, kwargs, priority, max_attempts, timeout,
@@ -55,8 +55,8 @@ SELECT %(queue)s::text, %(task)s::text, u.args, u.kwargs, %(priority)s::int,
        %(max_attempts)s::int, %(timeout)s::float8, %(backoff_base)s::float8,
        %(backoff_cap)s::float8, %(retry_on_timeout)s::bool, u.key,
        clock.now + %(delay)s::float8 * interval '1 second', clock.now
-FROM unnest(%(args)s::text[], %(kwargs)s::text[], %(key)s::text[])
-         WITH ORDINALITY AS u(args, kwargs, key, ord),
+FROM unnest(%(ord)s::int[], %(args)s::text[], %(kwargs)s::text[], %(key)s::text[])
+         AS u(ord, args, kwargs, key),
      clock
 ORDER BY u.ord
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
@@ -90,12 +90,12 @@ SELECT u.queue, u.task, u.args, u.kwargs, u.priority, u.max_attempts, u.timeout,
        u.backoff_base, u.backoff_cap, u.retry_on_timeout, u.key,
        clock.now + u.delay * interval '1 second', clock.now
 FROM unnest(
-    %(queue)s::text[], %(task)s::text[], %(args)s::text[], %(kwargs)s::text[],
-    %(priority)s::int[], %(max_attempts)s::int[], %(timeout)s::float8[],
+    %(ord)s::int[], %(queue)s::text[], %(task)s::text[], %(args)s::text[],
+    %(kwargs)s::text[], %(priority)s::int[], %(max_attempts)s::int[], %(timeout)s::float8[],
     %(backoff_base)s::float8[], %(backoff_cap)s::float8[], %(retry_on_timeout)s::bool[],
     %(key)s::text[], %(delay)s::float8[]
-) WITH ORDINALITY AS u(queue, task, args, kwargs, priority, max_attempts, timeout,
-                       backoff_base, backoff_cap, retry_on_timeout, key, delay, ord),
+) AS u(ord, queue, task, args, kwargs, priority, max_attempts, timeout,
+       backoff_base, backoff_cap, retry_on_timeout, key, delay),
      clock
 ORDER BY u.ord
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING

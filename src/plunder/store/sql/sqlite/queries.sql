@@ -39,17 +39,20 @@ UPDATE plunder_schema SET version = :version WHERE id = 1;
 
 -- name: job_insert
 -- batch. The jobs of one batch share their options (queue, task, priority, …), bound once;
--- each row brings its args, kwargs and key. A key that names an active job inserts
--- nothing; the store then reads that job. (WHERE true: SQLite's parser needs it before
--- ON CONFLICT in an INSERT … SELECT.)
+-- each row brings its args, kwargs and key, and its place in the input (:ord), which
+-- orders the insert: ids follow the input order, which the store relies on to match rows
+-- (and a batch is claimed in the order it was given). A key that names an active job
+-- inserts nothing; the store then reads that job. (WHERE true: SQLite's parser needs a
+-- WHERE before ON CONFLICT in an INSERT … SELECT.)
 INSERT INTO plunder_jobs (
     queue, task, args, kwargs, priority, max_attempts, timeout,
     backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at
 )
-SELECT :queue, :task, v.column1, v.column2, :priority, :max_attempts, :timeout,
-       :backoff_base, :backoff_cap, :retry_on_timeout, v.column3, :now + :delay, :now
-FROM (VALUES (:args, :kwargs, :key)) AS v
+SELECT :queue, :task, v.column2, v.column3, :priority, :max_attempts, :timeout,
+       :backoff_base, :backoff_cap, :retry_on_timeout, v.column4, :now + :delay, :now
+FROM (VALUES (:ord, :args, :kwargs, :key)) AS v
 WHERE true
+ORDER BY v.column1
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
 RETURNING id, key, task, queue, created_at, run_at;
 
@@ -63,10 +66,13 @@ RETURNING id, key, task, queue, created_at, run_at;
 INSERT INTO plunder_jobs (
     queue, task, args, kwargs, priority, max_attempts, timeout,
     backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at
-) VALUES (
-    :queue, :task, :args, :kwargs, :priority, :max_attempts, :timeout,
-    :backoff_base, :backoff_cap, :retry_on_timeout, :key, :now + :delay, :now
 )
+SELECT v.column2, v.column3, v.column4, v.column5, v.column6, v.column7, v.column8,
+       v.column9, v.column10, v.column11, v.column12, :now + v.column13, :now
+FROM (VALUES (:ord, :queue, :task, :args, :kwargs, :priority, :max_attempts, :timeout,
+              :backoff_base, :backoff_cap, :retry_on_timeout, :key, :delay)) AS v
+WHERE true
+ORDER BY v.column1
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
 RETURNING id, key, task, queue, created_at, run_at;
 

@@ -91,7 +91,7 @@ def encode(
     except RecursionError as exc:
         raise errors.PayloadError(f"{_name(what, of)} is nested too deeply") from exc
     # most payloads are ASCII: one byte per character, and no lone surrogates
-    size = len(text) if text.isascii() else _utf8_size(text, _name(what, of))
+    size = len(text) if text.isascii() else _utf8_size(text, what, of)
     if size > limit:
         raise errors.PayloadError(
             f"{_name(what, of)} is {size} bytes of JSON; the limit is {limit}"
@@ -109,11 +109,13 @@ def _name(what: str, of: str | None) -> str:
     return what if of is None else f"{what} of {of}"
 
 
-def _utf8_size(text: str, what: str) -> int:
+def _utf8_size(text: str, what: str, of: str | None) -> int:
     try:
         return len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:
-        raise errors.PayloadError(f"{what} contains text that is not valid Unicode: {exc}") from exc
+        raise errors.PayloadError(
+            f"{_name(what, of)} contains text that is not valid Unicode: {exc}"
+        ) from exc
 
 
 def _too_deep(value: Any) -> bool:

@@ -10,7 +10,16 @@ from plunder import errors
 from plunder.model import JobSpec
 from plunder.states import Status
 from plunder.store import Store
-from tests.store.helpers import count_orders, enqueue, raw_connect, user_table
+from tests.store.helpers import (
+    claim,
+    complete,
+    count_orders,
+    enqueue,
+    later,
+    open_session,
+    raw_connect,
+    user_table,
+)
 
 
 def test_enqueue_returns_pending_jobs_in_input_order(store: Store) -> None:
@@ -26,6 +35,52 @@ def test_enqueue_returns_pending_jobs_in_input_order(store: Store) -> None:
     assert jobs[1].queue == "other" and jobs[1].priority == 7
     assert jobs[2].kwargs == {"x": 1} and jobs[2].max_attempts == 3 and jobs[2].timeout == 2.5
     assert store.job_get(jobs[0].id) == jobs[0]
+
+
+def test_enqueued_record_is_what_is_stored_for_each_delay(store: Store) -> None:
+    t0 = store.now()
+    specs = [JobSpec("t", [d], delay=d) for d in (0, 0.001, 2.5, 86_400 * 365.25, 1 / 3)]
+    for now in (None, t0):
+        jobs = store.job_enqueue_many(specs, now=now)
+        assert [store.job_get(j.id) for j in jobs] == jobs
+        assert all(j.run_at >= j.created_at for j in jobs)
+    ids = store.job_enqueue_ids(specs)
+    assert ids == sorted(ids) and ids[0] > jobs[-1].id
+    assert [store.job_get(i).args for i in ids] == [s.args for s in specs]
+
+
+def test_ids_are_never_used_twice_even_after_the_newest_jobs_are_pruned(store: Store) -> None:
+    t0 = store.now()
+    jobs = enqueue(store, *[JobSpec("t", [i]) for i in range(3)], now=t0)
+    session = open_session(store, expiry=10_000, now=t0)
+    for job in claim(store, session, now=t0):
+        assert complete(store, job.claim, now=t0)
+    lease = store.lease_acquire("janitor", "j", 10_000, now=t0)
+    assert lease is not None
+    assert store.job_prune_many(lease, older_than=60, now=later(t0, 120)) == 3
+    again = enqueue(store, JobSpec("t", ["again"]), JobSpec("t", ["and again"], key="k"))
+    assert min(j.id for j in again) > max(j.id for j in jobs)
+
+
+def test_enqueue_on_a_connection_with_no_transaction_open_commits_on_its_own(
+    store: Store, store_url: str
+) -> None:
+    """SQLite's autocommit connection: the enqueue is one transaction of its own on it
+    (PostgreSQL's driver always has one open: see the joining tests)."""
+    if not store_url.startswith("sqlite"):
+        pytest.skip("a psycopg connection outside autocommit always has a transaction open")
+    conn = raw_connect(store_url)
+    try:
+        specs = [JobSpec("t", [i]) for i in range(3)] + [JobSpec("t", ["k"], key="k")] * 2
+        jobs = store.job_enqueue_many(specs, conn=conn)
+        assert not conn.in_transaction
+        assert jobs[3] == jobs[4] and jobs[3].key == "k"
+        ids = store.job_enqueue_ids([JobSpec("t", ["more"])], conn=conn)
+        assert not conn.in_transaction
+    finally:
+        conn.close()
+    stored = [store.job_get(j.id) for j in jobs[:4]] + [store.job_get(ids[0])]
+    assert stored == jobs[:4] + [store.job_get(ids[0])] and stored[-1].args == ["more"]
 
 
 def test_enqueue_many_in_one_call(store: Store) -> None:

@@ -162,7 +162,7 @@ def inserts(specs: Sequence[JobSpec], runs_allowed: int) -> Inserts:
         before = values
         settings.append(options)
         row = _own_values(spec)
-        row["ord"] = i  # orders the insert: ids follow the input
+        row["seq"] = i  # orders the insert: ids follow the input
         rows.append(row)
         runs[-1].append(i)
     if len(runs) <= runs_allowed:

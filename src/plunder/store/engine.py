@@ -113,6 +113,10 @@ class Engine(ABC):
     # runs of jobs with the same options an enqueue inserts one statement each, before it
     # inserts a batch in one statement with each row's options (see convert.Inserts)
     insert_runs = 4
+    # whether an enqueue numbers its jobs itself (job_id_next, then each row's id is its
+    # seq) and reads nothing back, which a database whose writers take turns allows; else
+    # the database numbers them and the insert returns the rows it stored
+    numbers_jobs = False
 
     def __init__(
         self, *, busy_total: float = policy.BUSY_TOTAL, busy_interval: float = policy.BUSY_INTERVAL
@@ -208,7 +212,7 @@ class Engine(ABC):
         keys). A connection lost while committing leaves the outcome unknown, and then
         this raises OutcomeUnknown instead of running it again."""
         if conn is not None:
-            return self._once(op, self._joined(conn))
+            return self._run_joined(op, conn)
         # made at the first busy answer (its budget starts there anyway): it seeds a random
         # generator from the OS, which costs more than the rest of a short transaction
         backoff: policy.BusyBackoff | None = None
@@ -273,6 +277,11 @@ class Engine(ABC):
     @abstractmethod
     def _transaction_on(self, conn: Any) -> AbstractContextManager[Tx]:
         """A write transaction on the caller's own (autocommit) connection."""
+
+    def _run_joined(self, op: Callable[[Tx], T], conn: Any) -> T:
+        """``op`` in the transaction the caller holds open on ``conn``; not retried (the
+        caller's own statements in it cannot be replayed)."""
+        return self._once(op, self._joined(conn))
 
     def _once(self, op: Callable[[Tx], T], tx: Tx) -> T:
         try:

@@ -49,6 +49,9 @@ from plunder.store.reads import Reads
 
 __all__ = ["Row", "SQLStore"]
 
+# The row _fresh reads for a job a numbered insert stored (see _match_numbered).
+_NUMBERED = {"id": 0, "run_at": 1, "created_at": 2}
+
 Claimed = tuple[list[str], list[Sequence[Any]]]  # a claim's column names and rows
 
 
@@ -82,15 +85,16 @@ class SQLStore(Maintenance, Reads):
             clock = tx.clock(now)
             fresh: dict[int, Sequence[Any]] = {}  # inputs inserted now: the row returned
             active: dict[int, Row] = {}  # inputs whose key names an active job: that job
-            at: dict[str, int] = {}
+            at = _NUMBERED
+            if self.numbers_jobs:
+                self._number(tx, rows)
             for _ in range(5):  # a keyed job can finish between our insert and our read
                 left = list(batch.statements(fresh.keys() | active.keys()))
                 for todo, values, common in left:
-                    names, inserted = tx.batch_table(insert, values, now=clock, **common)
-                    at = {name: i for i, name in enumerate(names)}
-                    self._match_inserted(
-                        tx, rows, settings, todo, (at, inserted), fresh=fresh, active=active
-                    )
+                    at = self._insert(
+                        tx, batch, todo, query=insert, values=values, common=common,
+                        clock=clock, fresh=fresh, active=active,
+                    )  # fmt: skip
                 if not left:
                     break
             else:
@@ -111,6 +115,41 @@ class SQLStore(Maintenance, Reads):
 
         # a keyed job inserts at most once however often the transaction runs
         return self._run(op, conn=conn, repeatable=all(row["key"] for row in rows))
+
+    def _number(self, tx: Tx, rows: list[dict[str, Any]]) -> None:
+        """Give each row the id it will have (see Engine.numbers_jobs) as its seq: ids
+        follow the input order, from the next id of the table."""
+        found = tx.one("job_id_next")
+        first = 1 if found is None else int(found["id"])
+        for i, row in enumerate(rows):
+            row["seq"] = first + i
+
+    def _insert(
+        self,
+        tx: Tx,
+        batch: convert.Inserts,
+        todo: list[int],
+        *,
+        query: str,
+        values: list[dict[str, Any]],
+        common: dict[str, Any],
+        clock: Any,
+        fresh: dict[int, Sequence[Any]],
+        active: dict[int, Row],
+    ) -> dict[str, int]:
+        """Insert the ``todo`` inputs (their ``values``) with one statement; note each
+        input's stored row in ``fresh`` or, where its key was taken, the job holding that
+        key in ``active``. Returns where _fresh finds id and times in a stored row."""
+        if self.numbers_jobs:
+            count = tx.batch_count(query, values, now=clock, **common)
+            self._match_numbered(tx, batch, todo, count, clock, fresh=fresh, active=active)
+            return _NUMBERED
+        names, inserted = tx.batch_table(query, values, now=clock, **common)
+        at = {name: i for i, name in enumerate(names)}
+        self._match_inserted(
+            tx, batch.rows, batch.settings, todo, (at, inserted), fresh=fresh, active=active
+        )
+        return at
 
     def _fresh(
         self,
@@ -187,14 +226,51 @@ class SQLStore(Maintenance, Reads):
                     taken.add(key)
             else:
                 keyed.append(i)
-        if keyed:
-            keys = sorted({rows[i]["key"] for i in keyed})
-            found = {
-                r["key"]: r for r in tx.all("job_get_active_by_keys", keys=self._list_in(keys))
-            }
-            for i in keyed:
-                if rows[i]["key"] in found:
-                    active[i] = found[rows[i]["key"]]
+        self._holders(tx, rows, keyed, active)
+
+    def _match_numbered(
+        self,
+        tx: Tx,
+        batch: convert.Inserts,
+        todo: list[int],
+        count: int,
+        clock: Any,
+        *,
+        fresh: dict[int, Sequence[Any]],
+        active: dict[int, Row],
+    ) -> None:
+        """Which of ``todo`` a numbered insert (see Engine.numbers_jobs) stored: all when it
+        inserted as many rows as it was given, else those whose id is now in the table (the
+        others' keys were taken). A fresh job's row, for ``_fresh``, is made here: its id,
+        run_at and created_at, as the statement computed them."""
+        rows = batch.rows
+        stored: set[int] | None = None
+        if count != len(todo):
+            found = tx.all("job_claim_state", job_ids=self._list_in([rows[i]["seq"] for i in todo]))
+            stored = {int(r["id"]) for r in found}
+        keyed = []
+        for i in todo:
+            seq = rows[i]["seq"]
+            if stored is None or seq in stored:
+                fresh[i] = (seq, clock + batch.settings[i]["delay"], clock)
+            elif rows[i]["key"] is None:
+                raise errors.StoreError(f"enqueue did not store job {seq}, which has no key")
+            else:
+                keyed.append(i)
+        self._holders(tx, rows, keyed, active)
+
+    def _holders(
+        self, tx: Tx, rows: list[dict[str, Any]], keyed: list[int], active: dict[int, Row]
+    ) -> None:
+        """The active job holding each key of ``keyed`` inputs (none when it finished
+        meanwhile: the caller inserts those again)."""
+        if not keyed:
+            return
+        keys = sorted({rows[i]["key"] for i in keyed})
+        found = {r["key"]: r for r in tx.all("job_get_active_by_keys", keys=self._list_in(keys))}
+        for i in keyed:
+            if rows[i]["key"] in found:
+                active[i] = found[rows[i]["key"]]
 
     def job_cancel(self, job_id: int, *, now: Now = None) -> JobRecord:
         def op(tx: Tx) -> Row:

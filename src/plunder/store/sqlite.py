@@ -23,15 +23,16 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from plunder import errors, payload
 from plunder.store import queries
+from plunder.store.engine import Tx
 from plunder.store.sqlbase import Row, SQLStore
 
 log = logging.getLogger("plunder.store")
@@ -57,6 +58,8 @@ NETWORK_FILESYSTEMS = frozenset(
 )
 BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 FULL_CODES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR_WRITE})
+
+T = TypeVar("T")
 
 _orphans: list[sqlite3.Connection] = []  # inherited across fork: kept, never used or closed
 
@@ -341,6 +344,7 @@ class SqliteNotifications:
 
 class SqliteStore(SQLStore):
     dialect = "sqlite"
+    numbers_jobs = True  # writers take turns: an enqueue knows the ids it inserts
 
     def __init__(self, url: str, *, busy_timeout: float = 5.0, **options: Any) -> None:
         super().__init__(**options)
@@ -431,6 +435,14 @@ class SqliteStore(SQLStore):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    def _run_joined(self, op: Callable[[Tx], T], conn: Any) -> T:
+        """In the caller's open transaction; on a connection with none open (autocommit),
+        in one of its own there, so that an operation is never half done, and an enqueue
+        reads the next id and inserts under one write lock."""
+        if isinstance(conn, sqlite3.Connection) and not conn.in_transaction:
+            return self._run_on(op, conn)
+        return super()._run_joined(op, conn)
 
     def _joined(self, conn: Any) -> _Tx:
         if not isinstance(conn, sqlite3.Connection):

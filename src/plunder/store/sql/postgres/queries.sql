@@ -44,7 +44,7 @@ UPDATE plunder_schema SET version = %(version)s WHERE id = 1;
 -- name: job_insert
 -- batch. The jobs of one batch share their options (queue, task, priority, …), bound once;
 -- each row brings its args, kwargs and key. A key that names an active job inserts
--- nothing; the store then reads that job. ORDER BY ord (each row's place in the input)
+-- nothing; the store then reads that job. ORDER BY seq (each row's place in the input)
 -- makes ids follow the input order, which the store relies on to match rows.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 INSERT INTO plunder_jobs (
@@ -55,10 +55,10 @@ SELECT %(queue)s::text, %(task)s::text, u.args, u.kwargs, %(priority)s::int,
        %(max_attempts)s::int, %(timeout)s::float8, %(backoff_base)s::float8,
        %(backoff_cap)s::float8, %(retry_on_timeout)s::bool, u.key,
        clock.now + %(delay)s::float8 * interval '1 second', clock.now
-FROM unnest(%(ord)s::int[], %(args)s::text[], %(kwargs)s::text[], %(key)s::text[])
-         AS u(ord, args, kwargs, key),
+FROM unnest(%(seq)s::int[], %(args)s::text[], %(kwargs)s::text[], %(key)s::text[])
+         AS u(seq, args, kwargs, key),
      clock
-ORDER BY u.ord
+ORDER BY u.seq
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
 RETURNING id, key, task, queue, created_at, run_at;
 
@@ -90,14 +90,14 @@ SELECT u.queue, u.task, u.args, u.kwargs, u.priority, u.max_attempts, u.timeout,
        u.backoff_base, u.backoff_cap, u.retry_on_timeout, u.key,
        clock.now + u.delay * interval '1 second', clock.now
 FROM unnest(
-    %(ord)s::int[], %(queue)s::text[], %(task)s::text[], %(args)s::text[],
+    %(seq)s::int[], %(queue)s::text[], %(task)s::text[], %(args)s::text[],
     %(kwargs)s::text[], %(priority)s::int[], %(max_attempts)s::int[], %(timeout)s::float8[],
     %(backoff_base)s::float8[], %(backoff_cap)s::float8[], %(retry_on_timeout)s::bool[],
     %(key)s::text[], %(delay)s::float8[]
-) AS u(ord, queue, task, args, kwargs, priority, max_attempts, timeout,
+) AS u(seq, queue, task, args, kwargs, priority, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, delay),
      clock
-ORDER BY u.ord
+ORDER BY u.seq
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
 RETURNING id, key, task, queue, created_at, run_at;
 
@@ -114,6 +114,12 @@ woken AS (
     WHERE names IS NOT NULL
 )
 SELECT inserted.* FROM inserted LEFT JOIN woken ON true;
+
+-- name: job_id_next
+-- A sequence numbers PostgreSQL's jobs as they are inserted, with writers in parallel: the
+-- store never runs this; it exists so that both dialects name the same operations (SQLite
+-- numbers a batch itself, see its job_insert).
+SELECT NULL::bigint AS id WHERE false;
 
 -- name: job_get_active_by_keys
 SELECT * FROM plunder_jobs

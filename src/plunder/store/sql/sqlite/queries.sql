@@ -39,22 +39,22 @@ UPDATE plunder_schema SET version = :version WHERE id = 1;
 
 -- name: job_insert
 -- batch. The jobs of one batch share their options (queue, task, priority, …), bound once;
--- each row brings its args, kwargs and key, and its place in the input (:ord), which
--- orders the insert: ids follow the input order, which the store relies on to match rows
--- (and a batch is claimed in the order it was given). A key that names an active job
--- inserts nothing; the store then reads that job. (WHERE true: SQLite's parser needs a
--- WHERE before ON CONFLICT in an INSERT … SELECT.)
+-- each row brings its args, kwargs and key, and its id (:seq): SQLite's writers take turns
+-- (BEGIN IMMEDIATE), so the store numbers a batch itself, from job_id_next, in input order,
+-- and reads nothing back. A key that names an active job (or an earlier row of the batch:
+-- rows insert in input order) inserts nothing and leaves its id unused; the store then finds
+-- which ids are missing and reads the job holding each of their keys. (WHERE true: SQLite's
+-- parser needs a WHERE before ON CONFLICT in an INSERT … SELECT.)
 INSERT INTO plunder_jobs (
-    queue, task, args, kwargs, priority, max_attempts, timeout,
+    id, queue, task, args, kwargs, priority, max_attempts, timeout,
     backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at
 )
-SELECT :queue, :task, v.column2, v.column3, :priority, :max_attempts, :timeout,
+SELECT v.column1, :queue, :task, v.column2, v.column3, :priority, :max_attempts, :timeout,
        :backoff_base, :backoff_cap, :retry_on_timeout, v.column4, :now + :delay, :now
-FROM (VALUES (:ord, :args, :kwargs, :key)) AS v
+FROM (VALUES (:seq, :args, :kwargs, :key)) AS v
 WHERE true
 ORDER BY v.column1
-ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
-RETURNING id, key, task, queue, created_at, run_at;
+ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING;
 
 -- name: job_insert_notify
 -- SQLite has no NOTIFY (see notify): job_insert as it is, never sent; it exists so that
@@ -64,21 +64,27 @@ RETURNING id, key, task, queue, created_at, run_at;
 -- name: job_insert_mixed
 -- batch. job_insert for jobs that do not share their options: each row brings its own.
 INSERT INTO plunder_jobs (
-    queue, task, args, kwargs, priority, max_attempts, timeout,
+    id, queue, task, args, kwargs, priority, max_attempts, timeout,
     backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at
 )
-SELECT v.column2, v.column3, v.column4, v.column5, v.column6, v.column7, v.column8,
+SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, v.column7, v.column8,
        v.column9, v.column10, v.column11, v.column12, :now + v.column13, :now
-FROM (VALUES (:ord, :queue, :task, :args, :kwargs, :priority, :max_attempts, :timeout,
+FROM (VALUES (:seq, :queue, :task, :args, :kwargs, :priority, :max_attempts, :timeout,
               :backoff_base, :backoff_cap, :retry_on_timeout, :key, :delay)) AS v
 WHERE true
 ORDER BY v.column1
-ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
-RETURNING id, key, task, queue, created_at, run_at;
+ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING;
 
 -- name: job_insert_mixed_notify
 -- As job_insert_notify.
 /* include: job_insert_mixed */;
+
+-- name: job_id_next
+-- The id of the next job: one above AUTOINCREMENT's high-water mark (so no id is used twice,
+-- even after pruning) and above every id in the table. Read inside the enqueue's write
+-- transaction, which numbers its jobs from here (see job_insert).
+SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'plunder_jobs'), 0),
+           coalesce((SELECT max(id) FROM plunder_jobs), 0)) + 1 AS id;
 
 -- name: job_get_active_by_keys
 SELECT * FROM plunder_jobs

@@ -176,6 +176,8 @@ class App:
 class Job:
     """A handle on one job. Attributes read the latest state from the store."""
 
+    __slots__ = ("_record", "app", "id")  # an enqueue_many makes one per job
+
     def __init__(self, app: App, job_id: int, record: JobRecord | None = None) -> None:
         self.app = app
         self.id = job_id

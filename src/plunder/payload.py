@@ -98,7 +98,12 @@ def encode(
         )
     # Python's JSON decoder recurses too: a payload nested nearly to the recursion limit
     # encodes here but cannot be decoded from a worker's deeper call stack.
-    if text.count("[") + text.count("{") > MAX_NESTING and _too_deep(value):
+    # (a text no longer than MAX_NESTING cannot hold more brackets)
+    if (
+        len(text) > MAX_NESTING
+        and text.count("[") + text.count("{") > MAX_NESTING
+        and _too_deep(value)
+    ):
         raise errors.PayloadError(
             f"{_name(what, of)} is nested more than {MAX_NESTING} levels deep"
         )

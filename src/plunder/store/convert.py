@@ -181,10 +181,13 @@ def _own_values(spec: JobSpec) -> dict[str, Any]:
         args = list(args)
     if not isinstance(kwargs, dict) or (kwargs and not all(isinstance(k, str) for k in kwargs)):
         raise errors.PayloadError(f"kwargs of {spec.task!r} must be a dict with string keys")
+    key = spec.key
     return {
-        "args": payload.encode(args, what="arguments", of=spec.task),
-        "kwargs": payload.encode(kwargs, what="keyword arguments", of=spec.task),
-        "key": payload.check_key(spec.key),
+        "args": payload.encode(args, what="arguments", of=spec.task) if args else "[]",
+        "kwargs": payload.encode(kwargs, what="keyword arguments", of=spec.task)
+        if kwargs
+        else "{}",
+        "key": None if key is None else payload.check_key(key),
     }
 
 

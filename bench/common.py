@@ -156,6 +156,7 @@ def gated_drain(
     timeout: float,
     ready: Callable[[], bool] | None = None,
     last_finish: Callable[[], float | None] | None = None,
+    unlocked: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """The drain measurement, the same for every system.
 
@@ -165,11 +166,16 @@ def gated_drain(
     jobs before the clock runs. The clock stops when the database shows every job
     finished: at the system's own last finish timestamp where it records one (database
     clock, same machine), else when a poll saw none left.
+
+    ``unlocked``: whether the frozen workers left free what the enqueue needs. An idle
+    worker may be frozen inside a write transaction (a poll, a heartbeat), and on SQLite
+    the enqueue would then wait for a lock that nobody releases; such workers are let go
+    and frozen again until they hold none.
     """
     procs = start_workers()
     try:
         wait_idle(procs, check=ready)
-        signal_all(procs, signal.SIGSTOP)
+        freeze(procs, unlocked)
         enqueue()
         started = time.time()
         signal_all(procs, signal.SIGCONT)
@@ -184,6 +190,34 @@ def gated_drain(
     finished = last_finish() if last_finish else None
     end = finished if finished is not None else polled
     return {"rate": jobs / (end - started), "seconds": end - started, "jobs": jobs}
+
+
+def freeze(procs: Sequence[subprocess.Popen[bytes]], unlocked: Callable[[], bool] | None) -> None:
+    """SIGSTOP every worker, at a moment when ``unlocked()`` says they hold no lock."""
+    for _ in range(200):
+        signal_all(procs, signal.SIGSTOP)
+        if unlocked is None or unlocked():
+            return
+        signal_all(procs, signal.SIGCONT)
+        time.sleep(0.01)
+    raise BenchError("the idle workers kept the database locked")
+
+
+def sqlite_unlocked(path: str) -> bool:
+    """Whether a write transaction on the SQLite file ``path`` can begin right now."""
+    import sqlite3
+
+    conn = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            return False
+        raise
+    finally:
+        conn.close()
 
 
 def python_for(venv: bool) -> str:

@@ -22,6 +22,7 @@ from bench.common import (
     gated_drain,
     percentiles,
     spawn,
+    sqlite_unlocked,
     stop_all,
     wait_idle,
     wait_until,
@@ -38,11 +39,12 @@ class Probe:
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.path: str | None = None  # the SQLite file
         if url.startswith("sqlite:"):
             from plunder.store.sqlite import parse_url
 
-            path, _ = parse_url(url)
-            self.conn: Any = sqlite3.connect(path, isolation_level=None, timeout=30)
+            self.path = str(parse_url(url)[0])
+            self.conn: Any = sqlite3.connect(self.path, isolation_level=None, timeout=30)
             self.mark = "?"
         else:
             import psycopg
@@ -55,6 +57,10 @@ class Probe:
 
     def scalar(self, sql: str, *params: Any) -> Any:
         return self.rows(sql, *params)[0][0]
+
+    def unlocked(self) -> bool:
+        """No process holds the write lock (always true of PostgreSQL, which locks rows)."""
+        return self.path is None or sqlite_unlocked(self.path)
 
     def close(self) -> None:
         self.conn.close()
@@ -135,6 +141,7 @@ def _drain(p: Params, workers: int, before: Any = None) -> dict[str, Any]:
             last_finish=lambda: _epoch(
                 probe.scalar("SELECT max(finished_at) FROM plunder_jobs WHERE id > %s", low)
             ),
+            unlocked=probe.unlocked,
         ) | {"concurrency": CONCURRENCY}
     finally:
         probe.close()

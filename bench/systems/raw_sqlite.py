@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import Params, gated_drain, python_for, spawn
+from bench.common import Params, gated_drain, python_for, spawn, sqlite_unlocked
 
 BATCH = 100
 SETTINGS = {"claim batch": BATCH, "journal": "WAL", "synchronous": "FULL"}
@@ -116,6 +116,7 @@ def drain(p: Params) -> dict[str, Any]:
             jobs=p.jobs,
             timeout=p.timeout,
             last_finish=lambda: conn.execute("SELECT max(finished_at) FROM raw_jobs").fetchone()[0],
+            unlocked=lambda: sqlite_unlocked(path_of(p.url)),
         ) | {"batch": BATCH}
     finally:
         conn.close()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import sqlite3
+import threading
 
 import pytest
 
@@ -81,6 +83,68 @@ def test_enqueue_on_a_connection_with_no_transaction_open_commits_on_its_own(
         conn.close()
     assert [store.job_get(j.id) for j in jobs] == jobs
     assert store.job_get(ids[0]).args == ["more"]
+
+
+def test_enqueue_on_sqlite3s_default_mode_joins_the_transaction_it_begins(
+    store: Store, store_url: str
+) -> None:
+    """sqlite3's default (legacy) mode begins a transaction at the first write: the enqueue
+    begins it, and the caller's commit or rollback decides."""
+    if not store_url.startswith("sqlite"):
+        pytest.skip("sqlite3's transaction modes")
+    user_table(store_url)
+    for commit in (False, True):
+        conn = sqlite3.connect(store_url[len("sqlite:///") :])  # isolation_level=""
+        try:
+            (job,) = store.job_enqueue_many([JobSpec("t", [commit])], conn=conn)
+            assert conn.in_transaction
+            conn.execute("INSERT INTO orders (note) VALUES ('x')")
+            conn.commit() if commit else conn.rollback()
+        finally:
+            conn.close()
+        if commit:
+            assert store.job_get(job.id) == job
+        else:
+            with pytest.raises(errors.JobNotFound):
+                store.job_get(job.id)
+    assert count_orders(store_url) == 1
+
+
+def test_enqueue_in_a_deferred_transaction_waits_for_the_write_lock(
+    store: Store, store_url: str
+) -> None:
+    """A caller's plain BEGIN reads nothing before the enqueue takes the write lock: a
+    writer that commits meanwhile is waited for, not a reason to fail."""
+    if not store_url.startswith("sqlite"):
+        pytest.skip("SQLite's write lock")
+    holding, release = threading.Event(), threading.Event()
+
+    def write_meanwhile() -> None:
+        other = raw_connect(store_url)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            store.job_enqueue_many([JobSpec("t", ["other"])], conn=other)
+            holding.set()
+            release.wait(5)
+            other.execute("COMMIT")
+        finally:
+            other.close()
+
+    writer = threading.Thread(target=write_meanwhile)
+    writer.start()
+    conn = raw_connect(store_url)
+    try:
+        assert holding.wait(5)
+        conn.execute("BEGIN")
+        threading.Timer(0.3, release.set).start()
+        jobs = store.job_enqueue_many([JobSpec("t", [i]) for i in range(3)], conn=conn)
+        conn.execute("COMMIT")
+    finally:
+        release.set()
+        writer.join()
+        conn.close()
+    assert [store.job_get(j.id) for j in jobs] == jobs
+    assert [j.args for j in store.job_list().jobs] == [[2], [1], [0], ["other"]]
 
 
 def test_enqueue_many_in_one_call(store: Store) -> None:

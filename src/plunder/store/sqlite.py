@@ -61,6 +61,21 @@ FULL_CODES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR_WRITE})
 
 T = TypeVar("T")
 
+# A write that changes nothing: in a deferred transaction it takes the write lock now
+# (waiting out the busy timeout for it), as BEGIN IMMEDIATE would have.
+_TAKE_WRITE_LOCK = "UPDATE plunder_schema SET version = version WHERE 0"
+
+
+def _autocommits(conn: sqlite3.Connection) -> bool:
+    """Whether ``conn`` commits each statement by itself (begins no transaction of its
+    own): ``isolation_level=None`` under sqlite3's default transaction control, or
+    ``autocommit=True`` (Python 3.12+)."""
+    mode = getattr(conn, "autocommit", -1)  # sqlite3.LEGACY_TRANSACTION_CONTROL is -1
+    if mode is True or mode is False:
+        return mode
+    return conn.isolation_level is None
+
+
 _orphans: list[sqlite3.Connection] = []  # inherited across fork: kept, never used or closed
 
 
@@ -437,12 +452,25 @@ class SqliteStore(SQLStore):
             raise
 
     def _run_joined(self, op: Callable[[Tx], T], conn: Any) -> T:
-        """In the caller's open transaction; on a connection with none open (autocommit),
-        in one of its own there, so that an operation is never half done, and an enqueue
-        reads the next id and inserts under one write lock."""
-        if isinstance(conn, sqlite3.Connection) and not conn.in_transaction:
+        """In the transaction open on the caller's connection, holding the write lock
+        before ``op`` reads anything (an enqueue reads the next id, then inserts: between
+        a read and the lock, another writer could commit). On a connection in autocommit,
+        in a transaction of its own there. On one in sqlite3's default mode with none open
+        yet, in the transaction it would have begun at our first write: begun here, and
+        left open for the caller to commit or roll back."""
+        if not isinstance(conn, sqlite3.Connection):
+            return super()._run_joined(op, conn)
+        if not conn.in_transaction and _autocommits(conn):
             return self._run_on(op, conn)
-        return super()._run_joined(op, conn)
+
+        def locked(tx: Tx) -> T:
+            if conn.in_transaction:
+                conn.execute(_TAKE_WRITE_LOCK)  # no-op if it holds the lock already
+            else:
+                conn.execute("BEGIN IMMEDIATE")
+            return op(tx)
+
+        return super()._run_joined(locked, conn)
 
     def _joined(self, conn: Any) -> _Tx:
         if not isinstance(conn, sqlite3.Connection):

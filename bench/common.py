@@ -193,14 +193,35 @@ def gated_drain(
 
 
 def freeze(procs: Sequence[subprocess.Popen[bytes]], unlocked: Callable[[], bool] | None) -> None:
-    """SIGSTOP every worker, at a moment when ``unlocked()`` says they hold no lock."""
+    """SIGSTOP every worker, at a moment when ``unlocked()`` says they hold no lock. A
+    signal is delivered when its target next runs, so this waits until every process of
+    each worker's group is stopped before it looks."""
     for _ in range(200):
         signal_all(procs, signal.SIGSTOP)
+        wait_until(
+            lambda: all(_group_stopped(p.pid) for p in procs),
+            timeout=10,
+            interval=0.001,
+            what="the workers to stop",
+        )
         if unlocked is None or unlocked():
             return
         signal_all(procs, signal.SIGCONT)
         time.sleep(0.01)
     raise BenchError("the idle workers kept the database locked")
+
+
+def _group_stopped(pgid: int) -> bool:
+    """Whether every process in process group ``pgid`` is stopped (or gone)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # exited meanwhile
+        state, group = fields[0], int(fields[2])
+        if group == pgid and state not in "TtZX":
+            return False
+    return True
 
 
 def sqlite_unlocked(path: str) -> bool:

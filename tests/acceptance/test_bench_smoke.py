@@ -18,6 +18,7 @@ from bench import harness  # noqa: E402
 SYSTEMS = ["plunder_pg", "raw_pg", "plunder_sqlite", "raw_sqlite"]
 
 
+@pytest.mark.alone  # two PostgreSQL clusters' worth of processes: it starves its neighbours
 @pytest.mark.timeout(180)
 def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -> None:
     sizes = harness.Sizes(

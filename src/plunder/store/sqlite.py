@@ -61,10 +61,6 @@ FULL_CODES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR_WRITE})
 
 T = TypeVar("T")
 
-# A write that changes nothing: in a deferred transaction it takes the write lock now
-# (waiting out the busy timeout for it), as BEGIN IMMEDIATE would have.
-_TAKE_WRITE_LOCK = "UPDATE plunder_schema SET version = version WHERE 0"
-
 
 def _autocommits(conn: sqlite3.Connection) -> bool:
     """Whether ``conn`` commits each statement by itself (begins no transaction of its
@@ -465,7 +461,7 @@ class SqliteStore(SQLStore):
 
         def locked(tx: Tx) -> T:
             if conn.in_transaction:
-                conn.execute(_TAKE_WRITE_LOCK)  # no-op if it holds the lock already
+                tx.one("write_lock")  # a no-op where it holds the lock already
             else:
                 conn.execute("BEGIN IMMEDIATE")
             return op(tx)

@@ -18,6 +18,11 @@ SELECT set_config('statement_timeout', %(statement_timeout)s, true),
        set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true),
        set_config('jit', 'off', true);
 
+-- name: write_lock
+-- PostgreSQL locks rows, not the database: the store never sends this; it exists so that
+-- both dialects name the same operations (SQLite takes its write lock with it).
+SELECT 1 WHERE false;
+
 -- name: schema_table_exists
 SELECT count(*) AS n FROM pg_catalog.pg_tables
 WHERE schemaname = current_schema() AND tablename = 'plunder_schema';

@@ -15,6 +15,12 @@ SELECT (julianday('now') - 2440587.5) * 86400.0 AS now;
 -- sends this; it exists so that both dialects name the same operations.
 SELECT :statement_timeout, :idle_timeout WHERE 0;
 
+-- name: write_lock
+-- A write that changes nothing: in a deferred transaction (a caller's own, see
+-- SqliteStore._run_joined) it takes the write lock now, waiting out the busy timeout for
+-- it, as BEGIN IMMEDIATE would have.
+UPDATE plunder_schema SET version = version WHERE 0;
+
 -- name: schema_table_exists
 SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'plunder_schema';
 

@@ -106,6 +106,8 @@ class Worker:
         self._processes = ProcessRunner(self._outcomes)
         self._running: dict[int, Handle] = {}
         self._deadlines: dict[int, float] = {}
+        # a job was due now but our claim just before took nothing: looked again once
+        self._looked_again = False
         self._lock = threading.Lock()
         self._completions: list[Completion] = []
         self._failures: list[Failure] = []
@@ -263,6 +265,8 @@ class Worker:
         self._give_back_unknown()
         free = 0 if self._stop.is_set() else self.options.concurrency - len(self._running)
         claimed = self._turn(free)
+        if claimed:
+            self._looked_again = False
         if claimed and claimed == free:
             return  # full: go straight to waiting for outcomes on the next turn
         if claimed:
@@ -294,10 +298,16 @@ class Worker:
             except errors.StoreError as exc:
                 log.warning("could not read the next due job: %s", exc)
                 due = None
+            if due is not None and due <= 0 and not self._looked_again:
+                # due now, though the claim just before took nothing: it may have come due
+                # in between, so claim once more at once
+                self._looked_again = True
+                return 0.0
+            self._looked_again = due is not None and due <= 0
             if due is not None and due > 0:  # a delayed job or retry: wake when it is due
                 wait = min(wait, max(due, MIN_WAIT))
-            # due now but not claimed: locked by another worker or left to the others that
-            # did not fail it yet; a wake-up or the poll interval brings us back
+            # still due now and not claimed: locked by another worker or left to the others
+            # that did not fail it yet; a wake-up or the poll interval brings us back
         if self._deadlines:
             wait = min(wait, max(0.0, min(self._deadlines.values()) - time.monotonic()))
         return wait

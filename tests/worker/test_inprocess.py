@@ -11,7 +11,7 @@ import pytest
 
 from plunder import JobFailed
 from plunder.states import Outcome, Status
-from plunder.worker import Worker
+from plunder.worker import Worker, WorkerOptions
 from tests.store.helpers import claim
 from tests.worker import tasks
 from tests.worker.conftest import wait_for, worker_in_thread
@@ -158,3 +158,19 @@ def test_a_claim_whose_answer_was_lost_goes_back_to_the_queue(store_url: str) ->
         assert job.result(timeout=20) == 4
         assert [r.outcome for r in job.runs] == [Outcome.RELEASED, Outcome.SUCCEEDED]
         assert job.refresh().attempt == 2
+
+
+def test_a_job_due_now_but_not_claimed_is_claimed_again_at_once_then_left_to_the_poll(
+    store_url: str,
+) -> None:
+    """A job may come due between a claim and the next-due read: the worker claims once
+    more at once. A job still due and unclaimed after that (locked elsewhere, or left to
+    the workers that did not fail it) waits for a wake-up or the poll interval: no spin."""
+    tasks.app.configure(url=store_url, poll_interval=5.0)
+    try:
+        worker = Worker(tasks.app, WorkerOptions(concurrency=2))
+        answers = iter([0.0, -0.2, -0.1, 3.0, 0.0])
+        worker.store.job_next_due = lambda **_: next(answers)  # type: ignore[method-assign]
+        assert [worker._wait_time() for _ in range(5)] == [0.0, 5.0, 5.0, 3.0, 0.0]
+    finally:
+        tasks.app.close()

@@ -64,11 +64,13 @@ def test_a_killed_listener_comes_back_and_polling_covers_the_gap(
     wait_for(lambda: session_of(store, proc.pid), what="session")
     conn = raw_connect(store_url)
     conn.autocommit = True
+    listener = (
+        "FROM pg_stat_activity WHERE application_name = 'plunder:worker:listener-victim:listen'"
+    )
     try:
-        killed = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE application_name = 'plunder:worker:listener-victim:listen'"
-        ).fetchall()
+        # the session is open before the hub has connected its listener
+        wait_for(lambda: conn.execute(f"SELECT pid {listener}").fetchall(), what="listener")
+        killed = conn.execute(f"SELECT pg_terminate_backend(pid) {listener}").fetchall()
     finally:
         conn.close()
     assert killed == [(True,)]

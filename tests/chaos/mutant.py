@@ -11,14 +11,14 @@ import re
 
 from plunder.store import queries
 
-# the WHERE clause of the statement that completes the job (PostgreSQL: inside the CTE,
-# up to its RETURNING; SQLite: the first statement, up to its ";")
+# the WHERE clause of the statement that completes the job (PostgreSQL: up to its
+# RETURNING; SQLite: to the end of the statement)
 FENCE = {
     "postgres": (
         r"^(\s*)WHERE j\.id = u\.job_id\b.*?(?=^\s*RETURNING)",
         r"\1WHERE j.id = u.job_id\n",
     ),
-    "sqlite": (r"^WHERE\b.*?;", "WHERE plunder_jobs.id = b.column1;"),
+    "sqlite": (r"^WHERE\b.*?(?=;|\Z)", "WHERE plunder_jobs.id = b.column1"),
 }
 
 

@@ -224,11 +224,20 @@ def logs_text(lines: Sequence[str]) -> str:
 
 
 def run_end(
-    job_id: int, attempt: int, outcome: Outcome, error: ErrorInfo | None, logs: Sequence[str] = ()
+    job_id: int,
+    attempt: int,
+    session_id: str | None,
+    *,
+    outcome: Outcome,
+    error: ErrorInfo | None,
+    logs: Sequence[str] = (),
 ) -> dict[str, Any]:
+    """The parameters of run_close: the history row of an attempt that ended (a job that
+    never ran has no session, and gets no row)."""
     return {
         "job_id": int(job_id),
         "attempt": int(attempt),
+        "session_id": session_id,
         "outcome": outcome.value,
         "error": None if error is None else payload.encode(error.as_dict(), what="error"),
         "logs": logs_text(logs),

@@ -109,7 +109,6 @@ class Engine(ABC):
     dialect: str
     url: str
     notifies = False  # whether the database delivers NOTIFY to listeners
-    claim_opens_runs = False  # whether job_claim_many writes the runs (else run_open does)
     # runs of jobs with the same options an enqueue inserts one statement each, before it
     # inserts a batch in one statement with each row's options (see convert.Inserts)
     insert_runs = 4

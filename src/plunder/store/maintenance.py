@@ -92,8 +92,13 @@ class Maintenance(Engine):
         )
         self._announce(tx, lost)
         tx.batch(
-            "run_finish",
-            [convert.run_end(r["id"], r["attempt"], Outcome.LOST, SESSION_LOST) for r in lost],
+            "run_close",
+            [
+                convert.run_end(
+                    r["id"], r["attempt"], r["session_id"], outcome=Outcome.LOST, error=SESSION_LOST
+                )
+                for r in lost
+            ],
             now=clock,
         )
         return lost
@@ -104,12 +109,29 @@ class Maintenance(Engine):
         def op(tx: Tx) -> SweepResult:
             clock = tx.clock(now)
             self._fence(tx, lease, clock)
-            rows = tx.all("job_timeout_many", error=error, limit=int(limit), now=clock)
+            due = {
+                (int(r["id"]), int(r["attempt"])): r["session_id"]
+                for r in tx.all("job_timeout_due", limit=int(limit), now=clock)
+            }
+            if not due:
+                return convert.sweep([])
+            rows = tx.all(
+                "job_timeout_many",
+                job_ids=self._list_in([job_id for job_id, _ in due]),
+                error=error,
+                now=clock,
+            )
             self._announce(tx, rows)
             tx.batch(
-                "run_finish",
+                "run_close",
                 [
-                    convert.run_end(r["id"], r["attempt"], Outcome.TIMED_OUT, JOB_TIMEOUT)
+                    convert.run_end(
+                        r["id"],
+                        r["attempt"],
+                        due[int(r["id"]), int(r["attempt"])],
+                        outcome=Outcome.TIMED_OUT,
+                        error=JOB_TIMEOUT,
+                    )
                     for r in rows
                 ],
                 now=clock,

@@ -388,7 +388,6 @@ class PgNotifications:
 class PostgresStore(SQLStore):
     dialect = "postgres"
     notifies = True
-    claim_opens_runs = True
     insert_runs = 1  # each statement is a round trip: a batch is one whatever it mixes
 
     def __init__(

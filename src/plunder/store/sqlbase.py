@@ -4,8 +4,11 @@ claims and fenced acknowledgements. (Leases and sweeps are in ``maintenance.py``
 
 A worker's turn, in one transaction::
 
-    job_complete (count, closes runs) ─▶ job_fail ─▶ run_finish ─▶ job_claim_many ─▶ run_open
+    job_complete (count) ─▶ job_fail ─▶ run_close ─▶ job_claim_many
     └─ every write names (job id, attempt, session id); refused claims are reported stale
+
+A run that succeeds is kept on its job row, written by job_complete; the run history table
+gets a row only for a run that ends otherwise, written once, as it ends (run_close).
 """
 
 from __future__ import annotations
@@ -280,14 +283,15 @@ class SQLStore(Maintenance, Reads):
             if row is None:
                 self._refuse(tx, job_id, "cancel", "only pending or running jobs can be cancelled")
             assert row is not None
-            tx.batch(
-                "run_finish",
+            tx.batch(  # a job cancelled before it ran has no session, and no run
+                "run_close",
                 [
                     convert.run_end(
                         row["id"],
                         row["attempt"],
-                        Outcome.CANCELLED,
-                        ErrorInfo("plunder.Cancelled", "cancelled"),
+                        row["session_id"],
+                        outcome=Outcome.CANCELLED,
+                        error=ErrorInfo("plunder.Cancelled", "cancelled"),
                     )
                 ],
                 now=clock,
@@ -440,7 +444,7 @@ class SQLStore(Maintenance, Reads):
                 take_suspect=take_suspect,
                 clock=tx.clock(now),
             ),
-            single=self.claim_opens_runs,  # the claim statement writes the runs too
+            single=True,  # one statement: the claim writes nothing else
         )
         return self._claimed(claimed)
 
@@ -521,14 +525,7 @@ class SQLStore(Maintenance, Reads):
                 suspect_losses=SUSPECT_LOSSES,
                 now=clock,
             )
-        if rows and not self.claim_opens_runs:
-            i_id = names.index("id")
-            tx.all(
-                "run_open",
-                job_ids=self._list_in([row[i_id] for row in rows]),
-                session_id=session_id,
-            )
-        elif not rows and tx.one("session_alive", session_id=session_id, now=clock) is None:
+        if not rows and tx.one("session_alive", session_id=session_id, now=clock) is None:
             raise errors.SessionGone(f"session {session_id} has expired or was closed")
         return names, rows
 
@@ -716,9 +713,16 @@ class SQLStore(Maintenance, Reads):
         done = convert.claims_of(returned)
         ok = [f for f in failures if f.claim in done]
         tx.batch(
-            "run_finish",
+            "run_close",
             [
-                convert.run_end(f.claim.job_id, f.claim.attempt, f.outcome, f.error, f.logs)
+                convert.run_end(
+                    f.claim.job_id,
+                    f.claim.attempt,
+                    f.claim.session_id,
+                    outcome=f.outcome,
+                    error=f.error,
+                    logs=f.logs,
+                )
                 for f in ok
             ],
             now=clock,
@@ -742,8 +746,13 @@ class SQLStore(Maintenance, Reads):
         done = convert.claims_of(returned)
         released = [c for c in claims if c in done]
         tx.batch(
-            "run_finish",
-            [convert.run_end(c.job_id, c.attempt, Outcome.RELEASED, None) for c in released],
+            "run_close",
+            [
+                convert.run_end(
+                    c.job_id, c.attempt, c.session_id, outcome=Outcome.RELEASED, error=None
+                )
+                for c in released
+            ],
             now=clock,
         )
         return released

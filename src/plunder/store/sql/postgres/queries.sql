@@ -187,46 +187,58 @@ claimed AS (
         deadline_at = clock.now + j.timeout * interval '1 second'
     FROM chosen, clock
     WHERE j.id = chosen.id
-    RETURNING j.*
-),
--- the history row of each claimed attempt, in the same statement (run_open is not needed)
-opened AS (
-    INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at)
-    SELECT c.id, c.attempt, s.id, s.name, s.host, s.pid, c.started_at
-    FROM claimed AS c JOIN plunder_sessions AS s ON s.id = %(session_id)s
+    -- the job's own columns, not the run kept on it once it succeeds (run_*)
+    RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.status, j.attempt,
+              j.max_attempts, j.timeout, j.backoff_base, j.backoff_cap, j.retry_on_timeout,
+              j.key, j.run_at, j.created_at, j.started_at, j.finished_at, j.deadline_at,
+              j.session_id, j.result, j.error, j.failed_sessions, j.losses
 )
 SELECT * FROM claimed;
 
--- name: run_open
--- One history row per attempt just claimed (job_claim_many writes them itself here, so
--- this is unused on PostgreSQL; it names the same operation as in the SQLite queries).
-INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at)
-SELECT j.id, j.attempt, s.id, s.name, s.host, s.pid, j.started_at
-FROM plunder_sessions AS s
-JOIN plunder_jobs AS j ON j.id = ANY(%(job_ids)s::bigint[])
-     AND j.session_id = s.id AND j.status = 'running'
-WHERE s.id = %(session_id)s;
-
--- name: run_finish
--- batch. Closes a run that is still open; a run already closed keeps its first outcome.
+-- name: run_close
+-- batch. The history row of an attempt that ended other than in success, written once, as
+-- it ends, after the statement that ended it: its worker from the session (gone, for a
+-- lost attempt whose session no longer exists: blank), its start from the job. A row that
+-- is already there keeps its first outcome; one an earlier plunder opened is closed here.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
-UPDATE plunder_runs AS r
-SET finished_at = clock.now, outcome = u.outcome, error = u.error, logs = u.logs
-FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(outcome)s::text[], %(error)s::text[],
-            %(logs)s::text[]) AS u(job_id, attempt, outcome, error, logs),
-     clock
-WHERE r.job_id = u.job_id AND r.attempt = u.attempt AND r.outcome IS NULL;
+INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at,
+                          finished_at, outcome, error, logs)
+SELECT u.job_id, u.attempt, u.session_id, COALESCE(s.name, ''), COALESCE(s.host, ''),
+       COALESCE(s.pid, 0),
+       COALESCE(CASE WHEN j.attempt = u.attempt THEN j.started_at END, clock.now),
+       clock.now, u.outcome, u.error, u.logs
+FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[],
+            %(outcome)s::text[], %(error)s::text[], %(logs)s::text[])
+         AS u(job_id, attempt, session_id, outcome, error, logs)
+CROSS JOIN clock
+JOIN plunder_jobs AS j ON j.id = u.job_id
+LEFT JOIN plunder_sessions AS s ON s.id = u.session_id
+WHERE u.session_id IS NOT NULL
+ON CONFLICT (job_id, attempt) DO UPDATE
+SET finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error,
+    logs = excluded.logs
+WHERE plunder_runs.outcome IS NULL;
 
 -- name: run_mark_stale
--- batch. A completion or failure refused by the fence is recorded on its run.
+-- batch. A completion or failure refused by the fence is recorded as a stale run, if the
+-- attempt is still its job's current one under that session (its session expired and the
+-- reaper has not been yet); any other refused attempt already has its row (lost, timed
+-- out, cancelled), or was never this session's.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
-UPDATE plunder_runs AS r
-SET finished_at = clock.now, outcome = 'stale', logs = u.logs
+INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at,
+                          finished_at, outcome, logs)
+SELECT j.id, j.attempt, j.session_id, COALESCE(s.name, ''), COALESCE(s.host, ''),
+       COALESCE(s.pid, 0), j.started_at, clock.now, 'stale', u.logs
 FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[], %(logs)s::text[])
-         AS u(job_id, attempt, session_id, logs),
-     clock
-WHERE r.job_id = u.job_id AND r.attempt = u.attempt AND r.session_id = u.session_id
-  AND r.outcome IS NULL;
+         AS u(job_id, attempt, session_id, logs)
+CROSS JOIN clock
+JOIN plunder_jobs AS j
+  ON j.id = u.job_id AND j.attempt = u.attempt AND j.session_id = u.session_id
+LEFT JOIN plunder_sessions AS s ON s.id = u.session_id
+WHERE j.started_at IS NOT NULL
+ON CONFLICT (job_id, attempt) DO UPDATE
+SET finished_at = excluded.finished_at, outcome = 'stale', logs = excluded.logs
+WHERE plunder_runs.outcome IS NULL AND plunder_runs.session_id = excluded.session_id;
 
 -- name: session_alive
 SELECT id FROM plunder_sessions
@@ -236,32 +248,27 @@ WHERE id = %(session_id)s
 -- name: job_complete
 -- batch; the store counts the rows it returns, one per job it completed. Fenced: only the
 -- current claim of a running job, under a live session. A reaper updating the same row
--- first makes this one re-check its WHERE clause and match nothing. The run of each job it
--- completed is closed in the same statement (a run already closed keeps its outcome).
-WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
-done AS (
-    UPDATE plunder_jobs AS j
-    SET status = 'succeeded', result = u.result, finished_at = clock.now, deadline_at = NULL
-    FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[],
-                %(result)s::text[], %(logs)s::text[])
-             AS u(job_id, attempt, session_id, result, logs),
-         clock
-    WHERE j.id = u.job_id AND j.attempt = u.attempt
-      -- not "=": the planner would look rows up through the session's running jobs (each
-      -- probe walking all of them) instead of by id; u.session_id is never NULL
-      AND j.session_id IS NOT DISTINCT FROM u.session_id
-      AND j.status = 'running'
-      -- a scalar subquery, not EXISTS: a semi-join would start the plan from the session
-      AND (SELECT s.expires_at FROM plunder_sessions AS s WHERE s.id = u.session_id) > clock.now
-    RETURNING j.id, j.attempt, u.logs
-),
-closed AS (
-    UPDATE plunder_runs AS r
-    SET finished_at = clock.now, outcome = 'succeeded', error = NULL, logs = done.logs
-    FROM done, clock
-    WHERE r.job_id = done.id AND r.attempt = done.attempt AND r.outcome IS NULL
-)
-SELECT id FROM done;
+-- first makes this one re-check its WHERE clause and match nothing. The run that succeeded
+-- is kept on the job (its worker from the session, its logs; see migration 0006): no
+-- history row is written.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+UPDATE plunder_jobs AS j
+SET status = 'succeeded', result = u.result, finished_at = clock.now, deadline_at = NULL,
+    run_logs = u.logs,
+    (run_worker, run_host, run_pid) =
+        (SELECT s.name, s.host, s.pid FROM plunder_sessions AS s WHERE s.id = u.session_id)
+FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[],
+            %(result)s::text[], %(logs)s::text[])
+         AS u(job_id, attempt, session_id, result, logs),
+     clock
+WHERE j.id = u.job_id AND j.attempt = u.attempt
+  -- not "=": the planner would look rows up through the session's running jobs (each
+  -- probe walking all of them) instead of by id; u.session_id is never NULL
+  AND j.session_id IS NOT DISTINCT FROM u.session_id
+  AND j.status = 'running'
+  -- a scalar subquery, not EXISTS: a semi-join would start the plan from the session
+  AND (SELECT s.expires_at FROM plunder_sessions AS s WHERE s.id = u.session_id) > clock.now
+RETURNING j.id;
 
 -- name: job_result_set
 -- The result of a job whose own transaction acknowledged it (Context.transaction), fenced
@@ -303,10 +310,11 @@ RETURNING j.id, j.attempt, u.session_id AS session_id, j.status, j.queue;
 
 -- name: job_release
 -- batch. Graceful shutdown gives a running job back: pending at once, and the attempt it
--- used is not counted against max_attempts.
+-- used is not counted against max_attempts. started_at stays, as after a failed attempt:
+-- the released run's history row reads it (run_close).
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 UPDATE plunder_jobs AS j
-SET status = 'pending', run_at = clock.now, session_id = NULL, started_at = NULL,
+SET status = 'pending', run_at = clock.now, session_id = NULL,
     deadline_at = NULL, max_attempts = j.max_attempts + 1
 FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[])
          AS u(job_id, attempt, session_id),
@@ -364,7 +372,29 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: job_runs
-SELECT * FROM plunder_runs WHERE job_id = %(job_id)s ORDER BY attempt;
+-- The history rows of the runs that ended other than in success, and the job's current
+-- attempt when it runs or succeeded (migration 0006): that run is on the job, its worker
+-- from the job once it succeeded, from its session while it runs. A row an earlier
+-- plunder opened for that attempt (outcome still NULL) is the same run: the job's wins.
+SELECT job_id, attempt, session_id, worker, host, pid, started_at, finished_at, outcome,
+       error, logs
+FROM plunder_runs AS r
+WHERE r.job_id = %(job_id)s
+  AND (r.outcome IS NOT NULL OR NOT EXISTS (
+      SELECT 1 FROM plunder_jobs AS j
+      WHERE j.id = r.job_id AND j.attempt = r.attempt AND j.status IN ('running', 'succeeded')))
+UNION ALL
+SELECT j.id, j.attempt, j.session_id, COALESCE(j.run_worker, s.name, ''),
+       COALESCE(j.run_host, s.host, ''), COALESCE(j.run_pid, s.pid, 0), j.started_at,
+       CASE WHEN j.status = 'succeeded' THEN j.finished_at END,
+       CASE WHEN j.status = 'succeeded' THEN 'succeeded' END,
+       NULL, COALESCE(j.run_logs, '[]')
+FROM plunder_jobs AS j
+LEFT JOIN plunder_sessions AS s ON s.id = j.session_id
+WHERE j.id = %(job_id)s AND j.status IN ('running', 'succeeded') AND j.started_at IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM plunder_runs AS r
+                  WHERE r.job_id = j.id AND r.attempt = j.attempt AND r.outcome IS NOT NULL)
+ORDER BY attempt;
 
 -- name: event_append
 -- batch. Called after job_check_claim in the same transaction.
@@ -443,19 +473,25 @@ FROM clock
 WHERE j.status = 'running'
   AND (j.session_id = ANY(%(session_ids)s::text[])
        OR NOT EXISTS (SELECT 1 FROM plunder_sessions AS s WHERE s.id = j.session_id))
-RETURNING j.id, j.attempt, j.status, j.queue;
+-- the lost session: the one just appended to failed_sessions
+RETURNING j.id, j.attempt, j.status, j.queue,
+          j.failed_sessions[cardinality(j.failed_sessions)] AS session_id;
+
+-- name: job_timeout_due
+-- Running jobs past their deadline, and the session running each (job_timeout_many may
+-- take it off the job; the timed-out run's history row names it). Rows a worker is
+-- completing right now are skipped; the next pass sees them again if they still run. The
+-- rows found stay locked for job_timeout_many, in the same transaction.
+SELECT j.id, j.attempt, j.session_id FROM plunder_jobs AS j
+WHERE j.status = 'running'
+  AND j.deadline_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
+ORDER BY j.deadline_at LIMIT %(limit)s
+FOR UPDATE OF j SKIP LOCKED;
 
 -- name: job_timeout_many
--- Running jobs past their deadline: retried at once when the job allows it and attempts
--- remain, otherwise timed_out. Rows a worker is completing right now are skipped; the
--- next pass sees them again if they are still running.
-WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
-due AS (
-    SELECT j.id FROM plunder_jobs AS j, clock
-    WHERE j.status = 'running' AND j.deadline_at <= clock.now
-    ORDER BY j.deadline_at LIMIT %(limit)s
-    FOR UPDATE OF j SKIP LOCKED
-)
+-- The jobs job_timeout_due found (and locked), in the same transaction: retried at once
+-- when the job allows it and attempts remain, otherwise timed_out.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 UPDATE plunder_jobs AS j
 SET status = CASE WHEN j.retry_on_timeout AND j.attempt < j.max_attempts THEN 'pending'
                   ELSE 'timed_out' END,
@@ -466,8 +502,8 @@ SET status = CASE WHEN j.retry_on_timeout AND j.attempt < j.max_attempts THEN 'p
     deadline_at = NULL,
     session_id = CASE WHEN j.retry_on_timeout AND j.attempt < j.max_attempts THEN NULL
                       ELSE j.session_id END
-FROM due, clock
-WHERE j.id = due.id
+FROM clock
+WHERE j.id = ANY(%(job_ids)s::bigint[]) AND j.status = 'running'
 RETURNING j.id, j.attempt, j.status, j.queue;
 
 -- name: job_prune_many

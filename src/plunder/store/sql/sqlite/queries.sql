@@ -142,54 +142,67 @@ WHERE id IN (
   WHERE c.losses < :suspect_losses OR c.suspects = 1
 )
 AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at > :now)
-RETURNING *;
+-- the job's own columns, not the run kept on it once it succeeds (run_*)
+RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
+          backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
+          finished_at, deadline_at, session_id, result, error, failed_sessions, losses;
 
--- name: run_open
--- One history row per attempt just claimed (:job_ids, a JSON list), in one statement.
-INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at)
-SELECT j.id, j.attempt, s.id, s.name, s.host, s.pid, j.started_at
-FROM plunder_sessions AS s, plunder_jobs AS j
-WHERE s.id = :session_id AND j.id IN (SELECT value FROM json_each(:job_ids))
-  AND j.session_id = :session_id AND j.status = 'running';
-
--- name: run_finish
--- batch. Closes a run that is still open; a run already closed keeps its first outcome.
-UPDATE plunder_runs
-SET finished_at = :now, outcome = :outcome, error = :error, logs = :logs
-WHERE job_id = :job_id AND attempt = :attempt AND outcome IS NULL;
+-- name: run_close
+-- batch. The history row of an attempt that ended other than in success, written once, as
+-- it ends, after the statement that ended it: its worker from the session (gone, for a
+-- lost attempt whose session no longer exists: blank), its start from the job. A row that
+-- is already there keeps its first outcome; one an earlier plunder opened is closed here.
+INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at,
+                          finished_at, outcome, error, logs)
+SELECT b.column1, b.column2, b.column3, coalesce(s.name, ''), coalesce(s.host, ''),
+       coalesce(s.pid, 0), coalesce(CASE WHEN j.attempt = b.column2 THEN j.started_at END, :now),
+       :now, b.column4, b.column5, b.column6
+FROM (VALUES (:job_id, :attempt, :session_id, :outcome, :error, :logs)) AS b
+JOIN plunder_jobs AS j ON j.id = b.column1
+LEFT JOIN plunder_sessions AS s ON s.id = b.column3
+WHERE b.column3 IS NOT NULL
+ON CONFLICT (job_id, attempt) DO UPDATE
+SET finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error,
+    logs = excluded.logs
+WHERE plunder_runs.outcome IS NULL;
 
 -- name: run_mark_stale
--- batch. A completion or failure refused by the fence is recorded on its run.
-UPDATE plunder_runs
-SET finished_at = :now, outcome = 'stale', logs = :logs
-WHERE job_id = :job_id AND attempt = :attempt AND session_id = :session_id
-  AND outcome IS NULL;
+-- batch. A completion or failure refused by the fence is recorded as a stale run, if the
+-- attempt is still its job's current one under that session (its session expired and the
+-- reaper has not been yet); any other refused attempt already has its row (lost, timed
+-- out, cancelled), or was never this session's.
+INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at,
+                          finished_at, outcome, logs)
+SELECT j.id, j.attempt, j.session_id, coalesce(s.name, ''), coalesce(s.host, ''),
+       coalesce(s.pid, 0), j.started_at, :now, 'stale', b.column4
+FROM (VALUES (:job_id, :attempt, :session_id, :logs)) AS b
+JOIN plunder_jobs AS j
+  ON j.id = b.column1 AND j.attempt = b.column2 AND j.session_id = b.column3
+LEFT JOIN plunder_sessions AS s ON s.id = b.column3
+WHERE j.started_at IS NOT NULL
+ON CONFLICT (job_id, attempt) DO UPDATE
+SET finished_at = excluded.finished_at, outcome = 'stale', logs = excluded.logs
+WHERE plunder_runs.outcome IS NULL AND plunder_runs.session_id = excluded.session_id;
 
 -- name: session_alive
 SELECT id FROM plunder_sessions WHERE id = :session_id AND expires_at > :now;
 
 -- name: job_complete
 -- batch, set-based: the store repeats the one-row VALUES list once per row of the batch
--- (columnN is its Nth value) and runs each statement once over them all; it counts the
--- rows the first statement changed. Fenced: only the current claim of a running job,
--- under a live session. The second statement closes the run of each job that is now
--- succeeded under its claim (a run already closed keeps its outcome). The unary + keeps
--- the planner on the ids of the batch (rowid lookups) instead of walking the session's
--- running jobs for each row.
+-- (columnN is its Nth value) and runs the statement once over them all; it counts the rows
+-- it changed. Fenced: only the current claim of a running job, under a live session. The
+-- run that succeeded is kept on the job (its worker from the session, its logs; see
+-- migration 0006): no history row is written. The unary + keeps the planner on the ids of
+-- the batch (rowid lookups) instead of walking the session's running jobs for each row.
 UPDATE plunder_jobs
-SET status = 'succeeded', result = b.column4, finished_at = :now, deadline_at = NULL
-FROM (VALUES (:job_id, :attempt, :session_id, :result)) AS b
+SET status = 'succeeded', result = b.column4, finished_at = :now, deadline_at = NULL,
+    run_logs = b.column5,
+    (run_worker, run_host, run_pid) =
+        (SELECT s.name, s.host, s.pid FROM plunder_sessions AS s WHERE s.id = b.column3)
+FROM (VALUES (:job_id, :attempt, :session_id, :result, :logs)) AS b
 WHERE plunder_jobs.id = b.column1 AND +plunder_jobs.attempt = b.column2
   AND +plunder_jobs.session_id = b.column3 AND +plunder_jobs.status = 'running'
   AND EXISTS (SELECT 1 FROM plunder_sessions AS s WHERE s.id = b.column3 AND s.expires_at > :now);
-UPDATE plunder_runs
-SET finished_at = :now, outcome = 'succeeded', error = NULL, logs = b.column4
-FROM (VALUES (:job_id, :attempt, :session_id, :logs)) AS b
-WHERE plunder_runs.job_id = b.column1 AND plunder_runs.attempt = b.column2
-  AND plunder_runs.outcome IS NULL
-  AND (SELECT j.status FROM plunder_jobs AS j
-       WHERE j.id = b.column1 AND j.attempt = b.column2 AND j.session_id = b.column3)
-      = 'succeeded';
 
 -- name: job_result_set
 -- The result of a job whose own transaction acknowledged it (Context.transaction), fenced
@@ -218,9 +231,10 @@ RETURNING id, attempt, :session_id AS session_id, status, queue;
 
 -- name: job_release
 -- batch. Graceful shutdown gives a running job back: pending at once, and the attempt it
--- used is not counted against max_attempts.
+-- used is not counted against max_attempts. started_at stays, as after a failed attempt:
+-- the released run's history row reads it (run_close).
 UPDATE plunder_jobs
-SET status = 'pending', run_at = :now, session_id = NULL, started_at = NULL,
+SET status = 'pending', run_at = :now, session_id = NULL,
     deadline_at = NULL, max_attempts = max_attempts + 1
 WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
   AND status = 'running'
@@ -269,7 +283,29 @@ ORDER BY id DESC
 LIMIT :limit;
 
 -- name: job_runs
-SELECT * FROM plunder_runs WHERE job_id = :job_id ORDER BY attempt;
+-- The history rows of the runs that ended other than in success, and the job's current
+-- attempt when it runs or succeeded (migration 0006): that run is on the job, its worker
+-- from the job once it succeeded, from its session while it runs. A row an earlier
+-- plunder opened for that attempt (outcome still NULL) is the same run: the job's wins.
+SELECT job_id, attempt, session_id, worker, host, pid, started_at, finished_at, outcome,
+       error, logs
+FROM plunder_runs AS r
+WHERE r.job_id = :job_id
+  AND (r.outcome IS NOT NULL OR NOT EXISTS (
+      SELECT 1 FROM plunder_jobs AS j
+      WHERE j.id = r.job_id AND j.attempt = r.attempt AND j.status IN ('running', 'succeeded')))
+UNION ALL
+SELECT j.id, j.attempt, j.session_id, coalesce(j.run_worker, s.name, ''),
+       coalesce(j.run_host, s.host, ''), coalesce(j.run_pid, s.pid, 0), j.started_at,
+       CASE WHEN j.status = 'succeeded' THEN j.finished_at END,
+       CASE WHEN j.status = 'succeeded' THEN 'succeeded' END,
+       NULL, coalesce(j.run_logs, '[]')
+FROM plunder_jobs AS j
+LEFT JOIN plunder_sessions AS s ON s.id = j.session_id
+WHERE j.id = :job_id AND j.status IN ('running', 'succeeded') AND j.started_at IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM plunder_runs AS r
+                  WHERE r.job_id = j.id AND r.attempt = j.attempt AND r.outcome IS NOT NULL)
+ORDER BY attempt;
 
 -- name: event_append
 -- batch. Called after job_check_claim in the same transaction.
@@ -333,11 +369,19 @@ WHERE status = 'running'
   AND (session_id IN (SELECT value FROM json_each(:session_ids))
        OR NOT EXISTS (SELECT 1 FROM plunder_sessions AS s
                       WHERE s.id = plunder_jobs.session_id))
-RETURNING id, attempt, status, queue;
+-- the lost session: the one just appended to failed_sessions
+RETURNING id, attempt, status, queue, json_extract(failed_sessions, '$[#-1]') AS session_id;
+
+-- name: job_timeout_due
+-- Running jobs past their deadline, and the session running each (job_timeout_many may
+-- take it off the job; the timed-out run's history row names it).
+SELECT id, attempt, session_id FROM plunder_jobs
+WHERE status = 'running' AND deadline_at <= :now
+ORDER BY deadline_at LIMIT :limit;
 
 -- name: job_timeout_many
--- Running jobs past their deadline: retried at once when the job allows it and attempts
--- remain, otherwise timed_out.
+-- The jobs job_timeout_due found (:job_ids, a JSON list), in the same transaction:
+-- retried at once when the job allows it and attempts remain, otherwise timed_out.
 UPDATE plunder_jobs
 SET status = CASE WHEN retry_on_timeout AND attempt < max_attempts THEN 'pending'
                   ELSE 'timed_out' END,
@@ -348,10 +392,7 @@ SET status = CASE WHEN retry_on_timeout AND attempt < max_attempts THEN 'pending
     deadline_at = NULL,
     session_id = CASE WHEN retry_on_timeout AND attempt < max_attempts THEN NULL
                       ELSE session_id END
-WHERE id IN (
-    SELECT id FROM plunder_jobs
-    WHERE status = 'running' AND deadline_at <= :now
-    ORDER BY deadline_at LIMIT :limit)
+WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status = 'running'
 RETURNING id, attempt, status, queue;
 
 -- name: job_prune_many

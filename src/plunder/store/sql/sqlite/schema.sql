@@ -29,7 +29,12 @@ CREATE TABLE plunder_jobs (
     error TEXT,
     failed_sessions TEXT NOT NULL DEFAULT '[]',
     -- deaths of its worker while it ran, since it last ran to an outcome (see job_claim_many)
-    losses INTEGER NOT NULL DEFAULT 0 CHECK (losses >= 0)
+    losses INTEGER NOT NULL DEFAULT 0 CHECK (losses >= 0),
+    -- the run that succeeded, written by the completion (see migration 0006)
+    run_worker TEXT,
+    run_host TEXT,
+    run_pid INTEGER,
+    run_logs TEXT
 );
 
 -- Claim scans in claim order and filters queue and task, so it stops after LIMIT matches.

@@ -6,24 +6,34 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import pytest
+
 from plunder.model import Claim, Completion, ErrorInfo, Failure, JobSpec, Run
 from plunder.states import Outcome, Status
-from plunder.store import Store
+from plunder.store import Store, open_store, queries
 from tests.store.helpers import claim, complete, enqueue, later, open_session, raw_connect
 
 
 def history_rows(url: str, job_id: int) -> list[tuple[Any, ...]]:
     """The job's rows in plunder_runs, as the table holds them."""
+    return sql(
+        url,
+        "SELECT attempt, session_id, outcome FROM plunder_runs WHERE job_id = ? ORDER BY attempt",
+        job_id,
+    )
+
+
+def sql(url: str, text: str, *params: Any) -> list[tuple[Any, ...]]:
+    """One statement on a connection of its own, committed (``?`` placeholders)."""
     conn = raw_connect(url)
     try:
-        placeholder = "?" if url.startswith("sqlite") else "%s"
-        return list(
-            conn.execute(
-                "SELECT attempt, session_id, outcome FROM plunder_runs "
-                f"WHERE job_id = {placeholder} ORDER BY attempt",
-                (job_id,),
-            ).fetchall()
-        )
+        if not url.startswith("sqlite"):
+            text = text.replace("?", "%s")
+        cur = conn.execute(text, params)
+        rows = list(cur.fetchall()) if cur.description else []
+        if not url.startswith("sqlite"):
+            conn.commit()
+        return rows
     finally:
         conn.close()
 
@@ -149,6 +159,13 @@ def test_a_refusal_for_a_claim_the_session_never_held_writes_no_row(
     assert store.job_get(job.id).status == Status.SUCCEEDED
 
 
+OPEN_ROW = (
+    "INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at) "
+    "SELECT id, attempt, session_id, 'old', 'host-a', 4242, started_at FROM plunder_jobs "
+    "WHERE id = ?"
+)
+
+
 def test_a_run_row_an_earlier_plunder_opened_is_read_as_one_run_and_closed_once(
     store: Store, store_url: str
 ) -> None:
@@ -157,20 +174,8 @@ def test_a_run_row_an_earlier_plunder_opened_is_read_as_one_run_and_closed_once(
     done, lost = enqueue(store, JobSpec("t", [1]), JobSpec("t", [2], max_attempts=2))
     session = open_session(store, name="old")
     first, second = claim(store, session, limit=2)
-    conn = raw_connect(store_url)
-    try:
-        p = "?" if store_url.startswith("sqlite") else "%s"
-        for job in (first, second):
-            conn.execute(
-                "INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, "
-                f"started_at) SELECT id, attempt, session_id, 'old', 'host-a', 4242, started_at "
-                f"FROM plunder_jobs WHERE id = {p}",
-                (job.id,),
-            )
-        if not store_url.startswith("sqlite"):
-            conn.commit()
-    finally:
-        conn.close()
+    for job in (first, second):
+        sql(store_url, OPEN_ROW, job.id)
     assert [r.outcome for r in store.job_runs(done.id)] == [None]
     assert complete(store, first.claim, 1)
     assert [r.outcome for r in store.job_runs(done.id)] == [Outcome.SUCCEEDED]
@@ -178,3 +183,96 @@ def test_a_run_row_an_earlier_plunder_opened_is_read_as_one_run_and_closed_once(
     (run,) = store.job_runs(lost.id)
     assert (run.outcome, run.worker, run.session_id) == (Outcome.LOST, "old", session.id)
     assert history_rows(store_url, lost.id) == [(1, session.id, "lost")]
+
+
+def test_a_refused_failure_after_the_tasks_own_acknowledgement_leaves_the_success(
+    store: Store, store_url: str
+) -> None:
+    """A task's own transaction acknowledged it, then its worker reports it failed (its
+    local deadline fired, or the reply to that COMMIT was lost): refused, and the run that
+    succeeded stays the only run."""
+    (job,) = enqueue(store, JobSpec("t", max_attempts=3))
+    session = open_session(store)
+    (got,) = claim(store, session)
+    assert complete(store, got.claim, "done")
+    failure = Failure(got.claim, ErrorInfo("TimeoutError", "late"), retry_delay=0)
+    assert store.job_fail_many([failure]).stale == (got.claim,)
+    assert [(r.attempt, r.outcome) for r in store.job_runs(job.id)] == [(1, Outcome.SUCCEEDED)]
+    assert history_rows(store_url, job.id) == []
+
+
+def test_a_batch_that_names_a_claim_twice_writes_its_run_once(store: Store, store_url: str) -> None:
+    t0 = store.now()
+    failed, released, late = enqueue(
+        store, JobSpec("t", [1]), JobSpec("t", [2]), JobSpec("t", [3]), now=t0
+    )
+    session = open_session(store, expiry=5, now=t0)
+    one, two, three = claim(store, session, limit=3, now=t0)
+    failure = Failure(one.claim, ErrorInfo("E", "e"), retry_delay=None)
+    assert store.job_fail_many([failure, failure], now=later(t0, 1)).stale == ()
+    assert store.job_release_many([two.claim, two.claim], now=later(t0, 1)).stale == ()
+    completion = Completion(three.claim, 3)
+    ack = store.job_complete_many([completion, completion], now=later(t0, 6))  # expired
+    assert ack.accepted == ()
+    for job, outcome in ((failed, "failed"), (released, "released"), (late, "stale")):
+        assert history_rows(store_url, job.id) == [(1, session.id, outcome)]
+
+
+def test_a_run_whose_session_row_is_gone_still_names_its_worker(
+    store: Store, store_url: str
+) -> None:
+    """A claim that committed after its session was reaped: the lost run still says who ran
+    it (the claim wrote that on the job)."""
+    (job,) = enqueue(store, JobSpec("t", max_attempts=2))
+    session = open_session(store, name="w-7")
+    claim(store, session)
+    sql(store_url, "DELETE FROM plunder_sessions")
+    (running,) = store.job_runs(job.id)
+    assert (running.worker, running.host, running.pid) == ("w-7", "host-a", 4242)
+    lease = store.lease_acquire("janitor", "j", 60)
+    assert lease is not None
+    assert store.session_reap_many(lease).retried == (job.id,)
+    (run,) = store.job_runs(job.id)
+    assert (run.outcome, run.session_id) == (Outcome.LOST, session.id)
+    assert (run.worker, run.host, run.pid) == ("w-7", "host-a", 4242)
+
+
+def test_an_attempt_running_across_the_upgrade_keeps_its_worker(
+    empty_url: str, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job claimed under schema version 5 (an open history row, no worker on the job),
+    the schema migrated to 6, then completed: its run still names its worker once the
+    session is gone."""
+    every = queries.migrations(backend)
+    monkeypatch.setattr(queries, "migrations", lambda dialect: every[:5])
+    old = open_store(empty_url)
+    try:
+        assert old.migrate(fresh_schema=False) == 5
+        (job,) = enqueue(old, JobSpec("t"))
+        session = open_session(old)
+    finally:
+        old.close()
+    now = "(julianday('now') - 2440587.5) * 86400.0" if backend == "sqlite" else "now()"
+    sql(
+        empty_url,
+        f"UPDATE plunder_jobs SET status = 'running', attempt = 1, session_id = ?, "
+        f"started_at = {now} WHERE id = ?",
+        session.id,
+        job.id,
+    )
+    sql(empty_url, OPEN_ROW, job.id)
+    monkeypatch.undo()
+    store = open_store(empty_url)
+    try:
+        assert store.migrate() == len(every)
+        assert complete(store, Claim(job.id, 1, session.id), "ok")
+        store.session_close(session.id)
+        (run,) = store.job_runs(job.id)
+        assert (run.outcome, run.worker, run.host, run.pid) == (
+            Outcome.SUCCEEDED,
+            "old",  # as the open row has it
+            "host-a",
+            4242,
+        )
+    finally:
+        store.close()

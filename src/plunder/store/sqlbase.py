@@ -18,7 +18,7 @@ import secrets
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from plunder import errors, payload
 from plunder.model import (
@@ -56,6 +56,16 @@ __all__ = ["Row", "SQLStore"]
 _NUMBERED = {"id": 0, "run_at": 1, "created_at": 2}
 
 Claimed = tuple[list[str], list[Sequence[Any]]]  # a claim's column names and rows
+Ending = TypeVar("Ending", bound=Completion | Failure)
+
+
+def _once_per_claim(items: Sequence[Ending]) -> list[Ending]:
+    """The first of the items naming each claim: a batch may name one twice, and its history
+    row is one row (PostgreSQL refuses an upsert that would write a row twice)."""
+    first: dict[Claim, Ending] = {}
+    for item in items:
+        first.setdefault(item.claim, item)
+    return list(first.values())
 
 
 class SQLStore(Maintenance, Reads):
@@ -634,8 +644,7 @@ class SQLStore(Maintenance, Reads):
             }
             for c, text in items
         ]
-        # completes the jobs and closes their runs (an accepted repeat's run was closed by
-        # the commit that completed it)
+        # completes the jobs; the run that succeeded is kept on each (see job_complete)
         changed = tx.batch_count("job_complete", rows, now=clock)
         if changed == len(items):
             done = {c.claim for c, _ in items}
@@ -680,7 +689,7 @@ class SQLStore(Maintenance, Reads):
             "run_mark_stale",
             [
                 {**convert.claim_row(item.claim), "logs": convert.logs_text(item.logs)}
-                for item in items
+                for item in _once_per_claim(items)
             ],
             now=clock,
         )
@@ -723,7 +732,7 @@ class SQLStore(Maintenance, Reads):
                     error=f.error,
                     logs=f.logs,
                 )
-                for f in ok
+                for f in _once_per_claim(ok)
             ],
             now=clock,
         )
@@ -751,7 +760,7 @@ class SQLStore(Maintenance, Reads):
                 convert.run_end(
                     c.job_id, c.attempt, c.session_id, outcome=Outcome.RELEASED, error=None
                 )
-                for c in released
+                for c in dict.fromkeys(released)
             ],
             now=clock,
         )

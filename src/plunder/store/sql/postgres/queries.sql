@@ -127,11 +127,18 @@ SELECT inserted.* FROM inserted LEFT JOIN woken ON true;
 SELECT NULL::bigint AS id WHERE false;
 
 -- name: job_get_active_by_keys
-SELECT * FROM plunder_jobs
+SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
+       backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
+       finished_at, deadline_at, session_id, result, error, failed_sessions, losses
+FROM plunder_jobs
 WHERE key = ANY(%(keys)s::text[]) AND status IN ('pending', 'running');
 
 -- name: job_get
-SELECT * FROM plunder_jobs WHERE id = %(job_id)s;
+-- A job's own columns (every read of jobs): not the run kept on it (run_*, see job_runs).
+SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
+       backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
+       finished_at, deadline_at, session_id, result, error, failed_sessions, losses
+FROM plunder_jobs WHERE id = %(job_id)s;
 
 -- name: job_claim_many
 -- Claim up to %(limit)s pending jobs, best first, for a live session; rows another claimer
@@ -184,8 +191,11 @@ claimed AS (
         session_id = %(session_id)s,
         started_at = clock.now,
         finished_at = NULL,
-        deadline_at = clock.now + j.timeout * interval '1 second'
-    FROM chosen, clock
+        deadline_at = clock.now + j.timeout * interval '1 second',
+        -- who runs this attempt: its history row names them even if the session is gone
+        run_worker = me.name, run_host = me.host, run_pid = me.pid
+    FROM chosen, clock,
+         (SELECT name, host, pid FROM plunder_sessions WHERE id = %(session_id)s) AS me
     WHERE j.id = chosen.id
     -- the job's own columns, not the run kept on it once it succeeds (run_*)
     RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.status, j.attempt,
@@ -197,21 +207,21 @@ SELECT * FROM claimed;
 
 -- name: run_close
 -- batch. The history row of an attempt that ended other than in success, written once, as
--- it ends, after the statement that ended it: its worker from the session (gone, for a
--- lost attempt whose session no longer exists: blank), its start from the job. A row that
--- is already there keeps its first outcome; one an earlier plunder opened is closed here.
+-- it ends, after the statement that ended it, in the same transaction: its worker and start
+-- from the job, where the claim wrote them (from the session, for an attempt an earlier
+-- plunder claimed). A row that is already there keeps its first outcome; one an earlier
+-- plunder opened is closed here.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at,
                           finished_at, outcome, error, logs)
-SELECT u.job_id, u.attempt, u.session_id, COALESCE(s.name, ''), COALESCE(s.host, ''),
-       COALESCE(s.pid, 0),
-       COALESCE(CASE WHEN j.attempt = u.attempt THEN j.started_at END, clock.now),
-       clock.now, u.outcome, u.error, u.logs
+SELECT u.job_id, u.attempt, u.session_id, COALESCE(j.run_worker, s.name, ''),
+       COALESCE(j.run_host, s.host, ''), COALESCE(j.run_pid, s.pid, 0),
+       COALESCE(j.started_at, clock.now), clock.now, u.outcome, u.error, u.logs
 FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[],
             %(outcome)s::text[], %(error)s::text[], %(logs)s::text[])
          AS u(job_id, attempt, session_id, outcome, error, logs)
 CROSS JOIN clock
-JOIN plunder_jobs AS j ON j.id = u.job_id
+JOIN plunder_jobs AS j ON j.id = u.job_id AND j.attempt = u.attempt
 LEFT JOIN plunder_sessions AS s ON s.id = u.session_id
 WHERE u.session_id IS NOT NULL
 ON CONFLICT (job_id, attempt) DO UPDATE
@@ -221,19 +231,22 @@ WHERE plunder_runs.outcome IS NULL;
 
 -- name: run_mark_stale
 -- batch. A completion or failure refused by the fence is recorded as a stale run, if the
--- attempt is still its job's current one under that session (its session expired and the
--- reaper has not been yet); any other refused attempt already has its row (lost, timed
--- out, cancelled), or was never this session's.
+-- attempt still runs under that session (its session expired and the reaper has not been
+-- yet). Any other refused attempt has its row already (lost, timed out, cancelled), or
+-- succeeded (the task's own transaction acknowledged it: its run is on the job), or was
+-- never this session's.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at,
                           finished_at, outcome, logs)
-SELECT j.id, j.attempt, j.session_id, COALESCE(s.name, ''), COALESCE(s.host, ''),
-       COALESCE(s.pid, 0), j.started_at, clock.now, 'stale', u.logs
+SELECT j.id, j.attempt, j.session_id, COALESCE(j.run_worker, s.name, ''),
+       COALESCE(j.run_host, s.host, ''), COALESCE(j.run_pid, s.pid, 0), j.started_at,
+       clock.now, 'stale', u.logs
 FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[], %(logs)s::text[])
          AS u(job_id, attempt, session_id, logs)
 CROSS JOIN clock
 JOIN plunder_jobs AS j
   ON j.id = u.job_id AND j.attempt = u.attempt AND j.session_id = u.session_id
+     AND j.status = 'running'
 LEFT JOIN plunder_sessions AS s ON s.id = u.session_id
 WHERE j.started_at IS NOT NULL
 ON CONFLICT (job_id, attempt) DO UPDATE
@@ -249,14 +262,12 @@ WHERE id = %(session_id)s
 -- batch; the store counts the rows it returns, one per job it completed. Fenced: only the
 -- current claim of a running job, under a live session. A reaper updating the same row
 -- first makes this one re-check its WHERE clause and match nothing. The run that succeeded
--- is kept on the job (its worker from the session, its logs; see migration 0006): no
--- history row is written.
+-- is kept on the job (its worker, written by the claim, and its logs; see migration 0006):
+-- no history row is written.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 UPDATE plunder_jobs AS j
 SET status = 'succeeded', result = u.result, finished_at = clock.now, deadline_at = NULL,
-    run_logs = u.logs,
-    (run_worker, run_host, run_pid) =
-        (SELECT s.name, s.host, s.pid FROM plunder_sessions AS s WHERE s.id = u.session_id)
+    run_logs = u.logs
 FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[],
             %(result)s::text[], %(logs)s::text[])
          AS u(job_id, attempt, session_id, result, logs),
@@ -350,7 +361,9 @@ SET status = 'cancelled',
     finished_at = COALESCE(%(now)s::timestamptz, statement_timestamp()),
     deadline_at = NULL
 WHERE id = %(job_id)s AND status IN ('pending', 'running')
-RETURNING *;
+RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
+          backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
+          finished_at, deadline_at, session_id, result, error, failed_sessions, losses;
 
 -- name: job_retry
 -- By a person or the API: one more attempt for a job that ended without success.
@@ -359,11 +372,16 @@ SET status = 'pending', run_at = COALESCE(%(now)s::timestamptz, statement_timest
     finished_at = NULL, started_at = NULL, session_id = NULL, result = NULL, error = NULL,
     max_attempts = GREATEST(max_attempts, attempt + 1)
 WHERE id = %(job_id)s AND status IN ('failed', 'timed_out', 'cancelled')
-RETURNING *;
+RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
+          backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
+          finished_at, deadline_at, session_id, result, error, failed_sessions, losses;
 
 -- name: job_list
 -- Newest first, keyset-paginated by id (after is the last id of the previous page).
-SELECT * FROM plunder_jobs
+SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
+       backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
+       finished_at, deadline_at, session_id, result, error, failed_sessions, losses
+FROM plunder_jobs
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
   AND (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(task)s::text IS NULL OR task = %(task)s)
@@ -374,7 +392,8 @@ LIMIT %(limit)s;
 -- name: job_runs
 -- The history rows of the runs that ended other than in success, and the job's current
 -- attempt when it runs or succeeded (migration 0006): that run is on the job, its worker
--- from the job once it succeeded, from its session while it runs. A row an earlier
+-- from the job (written by the claim; from its session, for an attempt an earlier plunder
+-- claimed). A row an earlier
 -- plunder opened for that attempt (outcome still NULL) is the same run: the job's wins.
 SELECT job_id, attempt, session_id, worker, host, pid, started_at, finished_at, outcome,
        error, logs

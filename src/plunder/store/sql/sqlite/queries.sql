@@ -93,11 +93,18 @@ SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'plunder_jobs'
            coalesce((SELECT max(id) FROM plunder_jobs), 0)) + 1 AS id;
 
 -- name: job_get_active_by_keys
-SELECT * FROM plunder_jobs
+SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
+       backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
+       finished_at, deadline_at, session_id, result, error, failed_sessions, losses
+FROM plunder_jobs
 WHERE key IN (SELECT value FROM json_each(:keys)) AND status IN ('pending', 'running');
 
 -- name: job_get
-SELECT * FROM plunder_jobs WHERE id = :job_id;
+-- A job's own columns (every read of jobs): not the run kept on it (run_*, see job_runs).
+SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
+       backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
+       finished_at, deadline_at, session_id, result, error, failed_sessions, losses
+FROM plunder_jobs WHERE id = :job_id;
 
 -- name: job_claim_many
 -- Claim up to :limit pending jobs, best first, for a live session. A job that this session
@@ -111,7 +118,10 @@ SET status = 'running',
     session_id = :session_id,
     started_at = :now,
     finished_at = NULL,
-    deadline_at = :now + timeout
+    deadline_at = :now + timeout,
+    -- who runs this attempt: its history row names them even if the session is gone
+    (run_worker, run_host, run_pid) =
+        (SELECT name, host, pid FROM plunder_sessions WHERE id = :session_id)
 WHERE id IN (
   -- The window runs over the LIMIT rows the walk below found, never over the queue.
   SELECT c.id FROM (
@@ -149,16 +159,17 @@ RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts
 
 -- name: run_close
 -- batch. The history row of an attempt that ended other than in success, written once, as
--- it ends, after the statement that ended it: its worker from the session (gone, for a
--- lost attempt whose session no longer exists: blank), its start from the job. A row that
--- is already there keeps its first outcome; one an earlier plunder opened is closed here.
+-- it ends, after the statement that ended it, in the same transaction: its worker and start
+-- from the job, where the claim wrote them (from the session, for an attempt an earlier
+-- plunder claimed). A row that is already there keeps its first outcome; one an earlier
+-- plunder opened is closed here.
 INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at,
                           finished_at, outcome, error, logs)
-SELECT b.column1, b.column2, b.column3, coalesce(s.name, ''), coalesce(s.host, ''),
-       coalesce(s.pid, 0), coalesce(CASE WHEN j.attempt = b.column2 THEN j.started_at END, :now),
-       :now, b.column4, b.column5, b.column6
+SELECT b.column1, b.column2, b.column3, coalesce(j.run_worker, s.name, ''),
+       coalesce(j.run_host, s.host, ''), coalesce(j.run_pid, s.pid, 0),
+       coalesce(j.started_at, :now), :now, b.column4, b.column5, b.column6
 FROM (VALUES (:job_id, :attempt, :session_id, :outcome, :error, :logs)) AS b
-JOIN plunder_jobs AS j ON j.id = b.column1
+JOIN plunder_jobs AS j ON j.id = b.column1 AND +j.attempt = b.column2
 LEFT JOIN plunder_sessions AS s ON s.id = b.column3
 WHERE b.column3 IS NOT NULL
 ON CONFLICT (job_id, attempt) DO UPDATE
@@ -168,16 +179,19 @@ WHERE plunder_runs.outcome IS NULL;
 
 -- name: run_mark_stale
 -- batch. A completion or failure refused by the fence is recorded as a stale run, if the
--- attempt is still its job's current one under that session (its session expired and the
--- reaper has not been yet); any other refused attempt already has its row (lost, timed
--- out, cancelled), or was never this session's.
+-- attempt still runs under that session (its session expired and the reaper has not been
+-- yet). Any other refused attempt has its row already (lost, timed out, cancelled), or
+-- succeeded (the task's own transaction acknowledged it: its run is on the job), or was
+-- never this session's. The unary + keeps the lookup on the ids of the batch.
 INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at,
                           finished_at, outcome, logs)
-SELECT j.id, j.attempt, j.session_id, coalesce(s.name, ''), coalesce(s.host, ''),
-       coalesce(s.pid, 0), j.started_at, :now, 'stale', b.column4
+SELECT j.id, j.attempt, j.session_id, coalesce(j.run_worker, s.name, ''),
+       coalesce(j.run_host, s.host, ''), coalesce(j.run_pid, s.pid, 0), j.started_at, :now,
+       'stale', b.column4
 FROM (VALUES (:job_id, :attempt, :session_id, :logs)) AS b
 JOIN plunder_jobs AS j
-  ON j.id = b.column1 AND j.attempt = b.column2 AND j.session_id = b.column3
+  ON j.id = b.column1 AND +j.attempt = b.column2 AND +j.session_id = b.column3
+     AND +j.status = 'running'
 LEFT JOIN plunder_sessions AS s ON s.id = b.column3
 WHERE j.started_at IS NOT NULL
 ON CONFLICT (job_id, attempt) DO UPDATE
@@ -191,14 +205,12 @@ SELECT id FROM plunder_sessions WHERE id = :session_id AND expires_at > :now;
 -- batch, set-based: the store repeats the one-row VALUES list once per row of the batch
 -- (columnN is its Nth value) and runs the statement once over them all; it counts the rows
 -- it changed. Fenced: only the current claim of a running job, under a live session. The
--- run that succeeded is kept on the job (its worker from the session, its logs; see
--- migration 0006): no history row is written. The unary + keeps the planner on the ids of
+-- run that succeeded is kept on the job (its worker, written by the claim, and its logs;
+-- see migration 0006): no history row is written. The unary + keeps the planner on the ids of
 -- the batch (rowid lookups) instead of walking the session's running jobs for each row.
 UPDATE plunder_jobs
 SET status = 'succeeded', result = b.column4, finished_at = :now, deadline_at = NULL,
-    run_logs = b.column5,
-    (run_worker, run_host, run_pid) =
-        (SELECT s.name, s.host, s.pid FROM plunder_sessions AS s WHERE s.id = b.column3)
+    run_logs = b.column5
 FROM (VALUES (:job_id, :attempt, :session_id, :result, :logs)) AS b
 WHERE plunder_jobs.id = b.column1 AND +plunder_jobs.attempt = b.column2
   AND +plunder_jobs.session_id = b.column3 AND +plunder_jobs.status = 'running'
@@ -261,7 +273,9 @@ WHERE j.id = :job_id AND j.attempt = :attempt AND j.session_id = :session_id
 UPDATE plunder_jobs
 SET status = 'cancelled', finished_at = :now, deadline_at = NULL
 WHERE id = :job_id AND status IN ('pending', 'running')
-RETURNING *;
+RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
+          backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
+          finished_at, deadline_at, session_id, result, error, failed_sessions, losses;
 
 -- name: job_retry
 -- By a person or the API: one more attempt for a job that ended without success.
@@ -270,11 +284,16 @@ SET status = 'pending', run_at = :now, finished_at = NULL, started_at = NULL,
     session_id = NULL, result = NULL, error = NULL,
     max_attempts = max(max_attempts, attempt + 1)
 WHERE id = :job_id AND status IN ('failed', 'timed_out', 'cancelled')
-RETURNING *;
+RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
+          backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
+          finished_at, deadline_at, session_id, result, error, failed_sessions, losses;
 
 -- name: job_list
 -- Newest first, keyset-paginated by id (:after is the last id of the previous page).
-SELECT * FROM plunder_jobs
+SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
+       backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
+       finished_at, deadline_at, session_id, result, error, failed_sessions, losses
+FROM plunder_jobs
 WHERE (:queue IS NULL OR queue = :queue)
   AND (:status IS NULL OR status = :status)
   AND (:task IS NULL OR task = :task)
@@ -285,7 +304,8 @@ LIMIT :limit;
 -- name: job_runs
 -- The history rows of the runs that ended other than in success, and the job's current
 -- attempt when it runs or succeeded (migration 0006): that run is on the job, its worker
--- from the job once it succeeded, from its session while it runs. A row an earlier
+-- from the job (written by the claim; from its session, for an attempt an earlier plunder
+-- claimed). A row an earlier
 -- plunder opened for that attempt (outcome still NULL) is the same run: the job's wins.
 SELECT job_id, attempt, session_id, worker, host, pid, started_at, finished_at, outcome,
        error, logs

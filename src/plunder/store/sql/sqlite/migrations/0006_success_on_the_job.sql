@@ -3,10 +3,19 @@
 -- completion's own update of the job row (with status, result and finished_at; started_at
 -- and session_id are on the row already), and the run history table holds only the runs
 -- that ended otherwise (failed, timed out, lost, cancelled, released, stale), each written
--- once, when it ends. A running attempt is read from its job and its session. The common
--- path of a job therefore writes its job row twice (claim, completion) and nothing else.
--- Run rows left open by earlier versions are closed by the same statements as before.
+-- once, when it ends. The claim writes who runs the attempt onto the job; a running attempt
+-- is read from its job. After its insert, a job that succeeds at its first attempt is
+-- written twice (claim, completion), and nothing else is.
+-- An attempt that was running when this migration ran has the open history row its claim
+-- wrote: its worker is copied onto the job here. If it ends other than in success, the
+-- statement that writes its history row closes that open row instead; if it succeeds, the
+-- open row stays and the job's own record of the run is read in its place (job_runs).
 ALTER TABLE plunder_jobs ADD COLUMN run_worker TEXT;
 ALTER TABLE plunder_jobs ADD COLUMN run_host TEXT;
 ALTER TABLE plunder_jobs ADD COLUMN run_pid INTEGER;
 ALTER TABLE plunder_jobs ADD COLUMN run_logs TEXT;
+UPDATE plunder_jobs
+SET (run_worker, run_host, run_pid) =
+    (SELECT r.worker, r.host, r.pid FROM plunder_runs AS r
+     WHERE r.job_id = plunder_jobs.id AND r.attempt = plunder_jobs.attempt)
+WHERE status = 'running';

@@ -24,10 +24,12 @@ GUARDED = {
 }
 
 # a condition on the status column after WHERE or AND: status = 'x' or status IN ('x', 'y'),
-# the column perhaps qualified, or behind SQLite's unary + (which only steers the planner);
-# a SET clause (status = CASE …, status = 'running') never follows WHERE or AND
+# the column perhaps qualified, or behind SQLite's unary + or PostgreSQL's (status || '')
+# (which only steer the planner away from an index); a SET clause (status = CASE …,
+# status = 'running') never follows WHERE or AND
 GUARD = re.compile(
-    r"\b(?:WHERE|AND)\s+\+?(?:\w+\.)?status\s*(?:=\s*'(\w+)'|IN\s*\(([^)]*)\))",
+    r"\b(?:WHERE|AND)\s+(?:\+?(?:\w+\.)?status|\((?:\w+\.)?status\s*\|\|\s*''\))"
+    r"\s*(?:=\s*'(\w+)'|IN\s*\(([^)]*)\))",
     re.IGNORECASE,
 )
 
@@ -51,6 +53,13 @@ def test_the_sql_guard_matches_the_transition_table(dialect: str, operation: str
     sql = queries.load(dialect)[GUARDED[operation]]
     sources, _ = states.TRANSITIONS[operation]
     assert guard_states(sql) == {s.value for s in sources}
+
+
+def test_the_guard_parser_reads_a_guard_behind_a_planner_hint() -> None:
+    assert guard_states(
+        "UPDATE j SET status = 'x' WHERE id = 1 AND (j.status || '') = 'running'"
+    ) == {"running"}
+    assert guard_states("UPDATE j SET status = 'x' WHERE +status IN ('a', 'b')") == {"a", "b"}
 
 
 def test_the_guard_parser_reads_single_and_listed_states_and_skips_set_clauses() -> None:

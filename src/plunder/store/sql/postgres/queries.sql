@@ -276,7 +276,10 @@ WHERE j.id = u.job_id AND j.attempt = u.attempt
   -- not "=": the planner would look rows up through the session's running jobs (each
   -- probe walking all of them) instead of by id; u.session_id is never NULL
   AND j.session_id IS NOT DISTINCT FROM u.session_id
-  AND j.status = 'running'
+  -- not "status = 'running'" either: that matches plunder_jobs_running's predicate, and
+  -- the planner then reads every running job of every worker (and the index's dead
+  -- entries) to hash-join the batch, instead of looking its ids up
+  AND (j.status || '') = 'running'
   -- a scalar subquery, not EXISTS: a semi-join would start the plan from the session
   AND (SELECT s.expires_at FROM plunder_sessions AS s WHERE s.id = u.session_id) > clock.now
 RETURNING j.id;
@@ -314,7 +317,10 @@ WHERE j.id = u.job_id AND j.attempt = u.attempt
   -- not "=": the planner would look rows up through the session's running jobs (each
   -- probe walking all of them) instead of by id; u.session_id is never NULL
   AND j.session_id IS NOT DISTINCT FROM u.session_id
-  AND j.status = 'running'
+  -- not "status = 'running'" either: that matches plunder_jobs_running's predicate, and
+  -- the planner then reads every running job of every worker (and the index's dead
+  -- entries) to hash-join the batch, instead of looking its ids up
+  AND (j.status || '') = 'running'
   -- a scalar subquery, not EXISTS: a semi-join would start the plan from the session
   AND (SELECT s.expires_at FROM plunder_sessions AS s WHERE s.id = u.session_id) > clock.now
 RETURNING j.id, j.attempt, u.session_id AS session_id, j.status, j.queue;

@@ -399,8 +399,8 @@ LIMIT %(limit)s;
 -- The history rows of the runs that ended other than in success, and the job's current
 -- attempt when it runs or succeeded (migration 0006): that run is on the job, its worker
 -- from the job (written by the claim; from its session, for an attempt an earlier plunder
--- claimed). A row an earlier
--- plunder opened for that attempt (outcome still NULL) is the same run: the job's wins.
+-- claimed). A row an earlier plunder opened for that attempt (outcome still NULL) is the
+-- same run: the job's record of it wins.
 SELECT job_id, attempt, session_id, worker, host, pid, started_at, finished_at, outcome,
        error, logs
 FROM plunder_runs AS r

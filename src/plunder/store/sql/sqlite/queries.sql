@@ -206,8 +206,9 @@ SELECT id FROM plunder_sessions WHERE id = :session_id AND expires_at > :now;
 -- (columnN is its Nth value) and runs the statement once over them all; it counts the rows
 -- it changed. Fenced: only the current claim of a running job, under a live session. The
 -- run that succeeded is kept on the job (its worker, written by the claim, and its logs;
--- see migration 0006): no history row is written. The unary + keeps the planner on the ids of
--- the batch (rowid lookups) instead of walking the session's running jobs for each row.
+-- see migration 0006): no history row is written. The unary + keeps the planner on the
+-- ids of the batch (rowid lookups) instead of walking the session's running jobs for each
+-- row.
 UPDATE plunder_jobs
 SET status = 'succeeded', result = b.column4, finished_at = :now, deadline_at = NULL,
     run_logs = b.column5
@@ -305,8 +306,8 @@ LIMIT :limit;
 -- The history rows of the runs that ended other than in success, and the job's current
 -- attempt when it runs or succeeded (migration 0006): that run is on the job, its worker
 -- from the job (written by the claim; from its session, for an attempt an earlier plunder
--- claimed). A row an earlier
--- plunder opened for that attempt (outcome still NULL) is the same run: the job's wins.
+-- claimed). A row an earlier plunder opened for that attempt (outcome still NULL) is the
+-- same run: the job's record of it wins.
 SELECT job_id, attempt, session_id, worker, host, pid, started_at, finished_at, outcome,
        error, logs
 FROM plunder_runs AS r

@@ -18,7 +18,7 @@ import secrets
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from plunder import errors, payload
 from plunder.model import (
@@ -56,16 +56,6 @@ __all__ = ["Row", "SQLStore"]
 _NUMBERED = {"id": 0, "run_at": 1, "created_at": 2}
 
 Claimed = tuple[list[str], list[Sequence[Any]]]  # a claim's column names and rows
-Ending = TypeVar("Ending", bound=Completion | Failure)
-
-
-def _once_per_claim(items: Sequence[Ending]) -> list[Ending]:
-    """The first of the items naming each claim: a batch may name one twice, and its history
-    row is one row (PostgreSQL refuses an upsert that would write a row twice)."""
-    first: dict[Claim, Ending] = {}
-    for item in items:
-        first.setdefault(item.claim, item)
-    return list(first.values())
 
 
 class SQLStore(Maintenance, Reads):
@@ -689,7 +679,7 @@ class SQLStore(Maintenance, Reads):
             "run_mark_stale",
             [
                 {**convert.claim_row(item.claim), "logs": convert.logs_text(item.logs)}
-                for item in _once_per_claim(items)
+                for item in items
             ],
             now=clock,
         )
@@ -732,7 +722,7 @@ class SQLStore(Maintenance, Reads):
                     error=f.error,
                     logs=f.logs,
                 )
-                for f in _once_per_claim(ok)
+                for f in ok
             ],
             now=clock,
         )
@@ -760,7 +750,7 @@ class SQLStore(Maintenance, Reads):
                 convert.run_end(
                     c.job_id, c.attempt, c.session_id, outcome=Outcome.RELEASED, error=None
                 )
-                for c in dict.fromkeys(released)
+                for c in released
             ],
             now=clock,
         )

@@ -210,20 +210,22 @@ SELECT * FROM claimed;
 -- it ends, after the statement that ended it, in the same transaction: its worker and start
 -- from the job, where the claim wrote them (from the session, for an attempt an earlier
 -- plunder claimed). A row that is already there keeps its first outcome; one an earlier
--- plunder opened is closed here.
+-- plunder opened is closed here. An attempt the batch names twice is written once, from its
+-- first mention (an upsert may not write one row twice).
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at,
                           finished_at, outcome, error, logs)
-SELECT u.job_id, u.attempt, u.session_id, COALESCE(j.run_worker, s.name, ''),
+SELECT DISTINCT ON (u.job_id, u.attempt) u.job_id, u.attempt, u.session_id, COALESCE(j.run_worker, s.name, ''),
        COALESCE(j.run_host, s.host, ''), COALESCE(j.run_pid, s.pid, 0),
        COALESCE(j.started_at, clock.now), clock.now, u.outcome, u.error, u.logs
 FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[],
-            %(outcome)s::text[], %(error)s::text[], %(logs)s::text[])
-         AS u(job_id, attempt, session_id, outcome, error, logs)
+            %(outcome)s::text[], %(error)s::text[], %(logs)s::text[]) WITH ORDINALITY
+         AS u(job_id, attempt, session_id, outcome, error, logs, n)
 CROSS JOIN clock
 JOIN plunder_jobs AS j ON j.id = u.job_id AND j.attempt = u.attempt
 LEFT JOIN plunder_sessions AS s ON s.id = u.session_id
 WHERE u.session_id IS NOT NULL
+ORDER BY u.job_id, u.attempt, u.n
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error,
     logs = excluded.logs
@@ -234,21 +236,23 @@ WHERE plunder_runs.outcome IS NULL;
 -- attempt still runs under that session (its session expired and the reaper has not been
 -- yet). Any other refused attempt has its row already (lost, timed out, cancelled), or
 -- succeeded (the task's own transaction acknowledged it: its run is on the job), or was
--- never this session's.
+-- never this session's. An attempt the batch names twice is written once, from its first
+-- mention (an upsert may not write one row twice).
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, started_at,
                           finished_at, outcome, logs)
-SELECT j.id, j.attempt, j.session_id, COALESCE(j.run_worker, s.name, ''),
+SELECT DISTINCT ON (j.id) j.id, j.attempt, j.session_id, COALESCE(j.run_worker, s.name, ''),
        COALESCE(j.run_host, s.host, ''), COALESCE(j.run_pid, s.pid, 0), j.started_at,
        clock.now, 'stale', u.logs
 FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[], %(logs)s::text[])
-         AS u(job_id, attempt, session_id, logs)
+         WITH ORDINALITY AS u(job_id, attempt, session_id, logs, n)
 CROSS JOIN clock
 JOIN plunder_jobs AS j
   ON j.id = u.job_id AND j.attempt = u.attempt AND j.session_id = u.session_id
      AND j.status = 'running'
 LEFT JOIN plunder_sessions AS s ON s.id = u.session_id
 WHERE j.started_at IS NOT NULL
+ORDER BY j.id, u.n
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET finished_at = excluded.finished_at, outcome = 'stale', logs = excluded.logs
 WHERE plunder_runs.outcome IS NULL AND plunder_runs.session_id = excluded.session_id;

@@ -34,10 +34,32 @@ def test_both_dialects_parse_and_name_the_same_queries() -> None:
     assert set(postgres) - set(sqlite) == set()
 
 
+# Operations done differently, on purpose: SQLite has no LATERAL join, so its claim walks
+# the queues and priority levels with statements of its own (job_claim_level,
+# job_claim_walk, PostgreSQL placeholders) and then claims the ids they found; PostgreSQL's
+# job_claim_many walks inside the one statement.
+DIFFERENT_PARAMETERS = {
+    "job_claim_many": (
+        {"ids", "session_id", "now"},
+        {"session_id", "queues", "tasks", "limit", "take_suspect", "suspect_losses", "now"},
+    ),
+}
+
+
+def placeholder(sql: str) -> bool:
+    """A query one dialect never runs, kept so both name the same operations."""
+    return bool(re.search(r"\bWHERE\s+false\s*;?\s*$", code(sql).strip(), re.IGNORECASE))
+
+
 @pytest.mark.parametrize("name", sorted(queries.load("sqlite")))
 def test_each_query_takes_the_same_parameters_in_both_dialects(name: str) -> None:
     sqlite, postgres = queries.load("sqlite")[name], queries.load("postgres")[name]
-    assert sqlite_params(sqlite) == pg_params(postgres)
+    if name in DIFFERENT_PARAMETERS:
+        assert (sqlite_params(sqlite), pg_params(postgres)) == DIFFERENT_PARAMETERS[name]
+    elif placeholder(postgres):
+        assert pg_params(postgres) == set()
+    else:
+        assert sqlite_params(sqlite) == pg_params(postgres)
 
 
 def test_parameter_extraction_ignores_casts_and_comments() -> None:

@@ -35,12 +35,18 @@ GUARD = re.compile(
 
 
 def guard_states(sql: str) -> frozenset[str]:
+    """The states a query's status conditions allow. A query may test the status in more
+    than one place (PostgreSQL's claim probes each priority level of the claim index, whose
+    predicate is the status); every one of them must name the same states."""
     sql = re.sub(r"--[^\n]*", "", sql)
     found = GUARD.findall(sql)
-    assert len(found) == 1, f"expected one status guard, found {found}"
-    single, listed = found[0]
-    names = [single] if single else re.findall(r"'(\w+)'", listed)
-    return frozenset(names)
+    assert found, "expected a status guard"
+    guards = {
+        frozenset([single] if single else re.findall(r"'(\w+)'", listed))
+        for single, listed in found
+    }
+    assert len(guards) == 1, f"status guards that disagree: {found}"
+    return guards.pop()
 
 
 def test_every_transition_has_a_guarded_query() -> None:
@@ -53,6 +59,14 @@ def test_the_sql_guard_matches_the_transition_table(dialect: str, operation: str
     sql = queries.load(dialect)[GUARDED[operation]]
     sources, _ = states.TRANSITIONS[operation]
     assert guard_states(sql) == {s.value for s in sources}
+
+
+def test_the_guard_parser_refuses_guards_that_disagree() -> None:
+    assert guard_states("SELECT 1 WHERE status = 'pending' AND (SELECT 1 WHERE status = 'pending')")
+    with pytest.raises(AssertionError, match="disagree"):
+        guard_states(
+            "UPDATE j SET x = 1 WHERE status = 'pending' AND (SELECT 1 WHERE status = 'running')"
+        )
 
 
 def test_the_guard_parser_reads_a_guard_behind_a_planner_hint() -> None:

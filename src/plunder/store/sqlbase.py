@@ -515,19 +515,42 @@ class SQLStore(Maintenance, Reads):
             names: list[str] = []
             rows: list[Sequence[Any]] = []
         else:
-            names, rows = tx.table(
-                "job_claim_many",
-                session_id=session_id,
-                queues=self._list_in(list(queues)),
-                tasks=self._list_in(list(tasks)),
+            names, rows = self._claim_rows(
+                tx,
+                session_id,
+                queues=list(queues),
+                tasks=list(tasks),
                 limit=int(limit),
                 take_suspect=bool(take_suspect),
-                suspect_losses=SUSPECT_LOSSES,
-                now=clock,
+                clock=clock,
             )
         if not rows and tx.one("session_alive", session_id=session_id, now=clock) is None:
             raise errors.SessionGone(f"session {session_id} has expired or was closed")
         return names, rows
+
+    def _claim_rows(
+        self,
+        tx: Tx,
+        session_id: str,
+        *,
+        queues: list[str],
+        tasks: list[str],
+        limit: int,
+        take_suspect: bool,
+        clock: Any,
+    ) -> Claimed:
+        """The claim itself: one statement (``job_claim_many``) where the dialect can walk
+        each queue and priority level inside it."""
+        return tx.table(
+            "job_claim_many",
+            session_id=session_id,
+            queues=self._list_in(queues),
+            tasks=self._list_in(tasks),
+            limit=limit,
+            take_suspect=take_suspect,
+            suspect_losses=SUSPECT_LOSSES,
+            now=clock,
+        )
 
     def _claimed(self, claimed: Claimed) -> list[JobRecord]:
         names, rows = claimed

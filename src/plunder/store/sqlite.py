@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import math
 import operator
 import os
 import re
@@ -31,9 +32,10 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from plunder import errors, payload
+from plunder.model import SUSPECT_LOSSES
 from plunder.store import queries
 from plunder.store.engine import Tx
-from plunder.store.sqlbase import Row, SQLStore
+from plunder.store.sqlbase import Claimed, Row, SQLStore
 
 log = logging.getLogger("plunder.store")
 SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
@@ -489,6 +491,57 @@ class SqliteStore(SQLStore):
         if primary == sqlite3.SQLITE_CANTOPEN:
             return errors.StoreUnavailable(message)
         return errors.StoreError(message)
+
+    def _claim_rows(
+        self,
+        tx: Tx,
+        session_id: str,
+        *,
+        queues: list[str],
+        tasks: list[str],
+        limit: int,
+        take_suspect: bool,
+        clock: Any,
+    ) -> Claimed:
+        """SQLite has no LATERAL join, so the walk that PostgreSQL's claim does in one
+        statement is a loop here, of statements that cost no round trip (the file is local,
+        and the transaction holds the write lock): for each queue, its priority levels best
+        first (``job_claim_level``), and in each level the jobs due now, up to what is still
+        missing (``job_claim_walk``). What it reads does not grow with the depth of any
+        queue. The best ``limit`` of what was found, with at most one suspect (the first in
+        claim order), are claimed by ``job_claim_many``."""
+        walk = {
+            "session_id": session_id,
+            "tasks": self._list_in(tasks),
+            "take_suspect": take_suspect,
+            "suspect_losses": SUSPECT_LOSSES,
+            "now": clock,
+        }
+        found: list[Row] = []
+        for queue in dict.fromkeys(queues):
+            missing = limit
+            level = tx.one("job_claim_level", queue=queue, below=math.inf)
+            while level is not None and missing > 0:
+                rows = tx.all(
+                    "job_claim_walk", queue=queue, priority=level["priority"], limit=missing, **walk
+                )
+                found += rows
+                missing -= len(rows)
+                if missing > 0:
+                    level = tx.one("job_claim_level", queue=queue, below=level["priority"])
+        if len(queues) > 1:
+            found.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
+        ids: list[int] = []
+        suspect = False
+        for row in found[:limit]:
+            if row["losses"] >= SUSPECT_LOSSES:
+                if suspect:
+                    continue
+                suspect = True
+            ids.append(row["id"])
+        if not ids:
+            return [], []
+        return tx.table("job_claim_many", ids=self._list_in(ids), session_id=session_id, now=clock)
 
     def _time(self, value: Any) -> datetime:
         return datetime.fromtimestamp(float(value), UTC)

@@ -140,36 +140,68 @@ SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, t
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses
 FROM plunder_jobs WHERE id = %(job_id)s;
 
+-- name: job_claim_level
+-- SQLite only (it has no LATERAL join): the store never runs this on PostgreSQL, whose
+-- job_claim_many walks the priority levels itself; it exists so that both dialects name
+-- the same operations.
+SELECT NULL::integer AS priority WHERE false;
+
+-- name: job_claim_walk
+-- SQLite only, as job_claim_level.
+SELECT NULL::bigint AS id WHERE false;
+
 -- name: job_claim_many
 -- Claim up to %(limit)s pending jobs, best first, for a live session; rows another claimer
--- holds are skipped, not waited for. Each of the worker's queues is read on its own with
--- `queue = q.name` on plunder_jobs_claim, which yields that queue's jobs already in claim
--- order: the statement reads about LIMIT rows per queue however deep the queue is, with no
--- sort. A job that this session already failed is left to other live sessions serving its
--- queue, while there are any. Suspects (jobs lost with their worker suspect_losses times
--- or more) are taken only when take_suspect is true (the worker runs none), and then at
--- most one: the first in claim order (one picked beyond it stays locked, unclaimed, until
--- this commit).
+-- holds are skipped, not waited for. A job that this session already failed is left to
+-- other live sessions serving its queue, while there are any. Suspects (jobs lost with
+-- their worker suspect_losses times or more) are taken only when take_suspect is true (the
+-- worker runs none), and then at most one: the first in claim order (one picked beyond it
+-- stays locked, unclaimed, until this commit).
+-- How much it reads does not grow with the depth of any queue. plunder_jobs_claim holds
+-- each queue's pending jobs in claim order, and within one priority level the jobs due now
+-- come before those due later. So each of the worker's queues is read on its own
+-- (`queue = q.name`), one priority level at a time, best first (`levels`: one index probe
+-- per level), and within a level only while `run_at <= now` (an index bound, not a
+-- filter): a claim that finds fewer jobs than it asks for stops at the first job due later
+-- instead of walking every delayed job behind it. The levels are read in order and the
+-- walk stops at LIMIT rows, so lower levels are not even probed when the first fills the
+-- claim.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 picked AS (
     SELECT c.id, c.losses, c.priority, c.run_at FROM clock, unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at, j.losses FROM plunder_jobs AS j
-        WHERE j.status = 'pending'
-          AND j.queue = q.name
-          AND j.task = ANY(%(tasks)s::text[])
-          AND j.run_at <= clock.now
-          AND (j.losses < %(suspect_losses)s OR %(take_suspect)s)
-          AND NOT (
-              cardinality(j.failed_sessions) > 0
-              AND %(session_id)s = ANY(j.failed_sessions)
-              AND EXISTS (
-                  SELECT 1 FROM plunder_sessions AS s
-                  WHERE s.expires_at > clock.now AND j.queue = ANY(s.queues)
-                    AND NOT (s.id = ANY(j.failed_sessions))))
-        ORDER BY j.priority DESC, j.run_at, j.id
+        WITH RECURSIVE levels AS (
+            (SELECT j.priority FROM plunder_jobs AS j
+             WHERE j.status = 'pending' AND j.queue = q.name
+             ORDER BY j.priority DESC LIMIT 1)
+            UNION ALL
+            SELECT lower.priority FROM levels AS l
+            CROSS JOIN LATERAL (
+                SELECT j.priority FROM plunder_jobs AS j
+                WHERE j.status = 'pending' AND j.queue = q.name AND j.priority < l.priority
+                ORDER BY j.priority DESC LIMIT 1) AS lower
+        )
+        SELECT due.* FROM levels AS l
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.priority, j.run_at, j.losses FROM plunder_jobs AS j
+            WHERE j.status = 'pending'
+              AND j.queue = q.name
+              AND j.priority = l.priority
+              AND j.run_at <= clock.now
+              AND j.task = ANY(%(tasks)s::text[])
+              AND (j.losses < %(suspect_losses)s OR %(take_suspect)s)
+              AND NOT (
+                  cardinality(j.failed_sessions) > 0
+                  AND %(session_id)s = ANY(j.failed_sessions)
+                  AND EXISTS (
+                      SELECT 1 FROM plunder_sessions AS s
+                      WHERE s.expires_at > clock.now AND j.queue = ANY(s.queues)
+                        AND NOT (s.id = ANY(j.failed_sessions))))
+            ORDER BY j.run_at, j.id
+            LIMIT %(limit)s
+            FOR UPDATE OF j SKIP LOCKED
+        ) AS due
         LIMIT %(limit)s
-        FOR UPDATE OF j SKIP LOCKED
     ) AS c
     WHERE EXISTS (SELECT 1 FROM plunder_sessions
                   WHERE id = %(session_id)s AND expires_at > clock.now)

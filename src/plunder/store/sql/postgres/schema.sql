@@ -38,9 +38,12 @@ CREATE TABLE plunder_jobs (
     run_logs TEXT
 );
 
--- Claims walk one queue's pending jobs in claim order and stop after LIMIT matches.
+-- Claims walk one queue's pending jobs in claim order, one priority level at a time, and
+-- stop after LIMIT matches or at the first job due later.
 CREATE INDEX plunder_jobs_claim ON plunder_jobs (queue, priority DESC, run_at, id)
     WHERE status = 'pending';
+COMMENT ON INDEX plunder_jobs_claim IS
+    'claims: one queue, one priority level at a time, the jobs due now first';
 CREATE INDEX plunder_jobs_pending_run_at ON plunder_jobs (run_at) WHERE status = 'pending';
 CREATE INDEX plunder_jobs_running ON plunder_jobs (session_id) WHERE status = 'running';
 -- An idempotency key names at most one active job.

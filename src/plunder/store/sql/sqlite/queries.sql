@@ -106,12 +106,43 @@ SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, t
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses
 FROM plunder_jobs WHERE id = :job_id;
 
+-- name: job_claim_level
+-- The best priority level below :below (+inf: the best of all) among one queue's pending
+-- jobs: one probe of plunder_jobs_claim, which holds each queue's pending jobs in claim
+-- order. A claim reads one level at a time (see job_claim_walk).
+SELECT priority FROM plunder_jobs INDEXED BY plunder_jobs_claim
+WHERE status = 'pending' AND queue = :queue AND priority < :below
+ORDER BY priority DESC
+LIMIT 1;
+
+-- name: job_claim_walk
+-- Up to :limit jobs of one queue and priority level that a claim may take now, in claim
+-- order. Within a level the jobs due now come first in plunder_jobs_claim, and
+-- `run_at <= :now` bounds the walk (an index range, not a filter): it stops at the first
+-- job due later, so a claim never walks the delayed jobs behind the due ones. A job that
+-- this session already failed is left to other live sessions serving its queue, while
+-- there are any. Suspects (jobs lost with their worker :suspect_losses times or more) are
+-- read only when :take_suspect is true; the store takes at most one.
+SELECT j.id, j.losses, j.priority, j.run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
+WHERE j.status = 'pending'
+  AND j.queue = :queue
+  AND j.priority = :priority
+  AND j.run_at <= :now
+  AND j.task IN (SELECT value FROM json_each(:tasks))
+  AND (j.losses < :suspect_losses OR :take_suspect)
+  AND NOT (
+      j.failed_sessions != '[]'
+      AND EXISTS (SELECT 1 FROM json_each(j.failed_sessions) AS f WHERE f.value = :session_id)
+      AND EXISTS (
+          SELECT 1 FROM plunder_sessions AS s, json_each(s.queues) AS q
+          WHERE s.expires_at > :now AND q.value = j.queue
+            AND s.id NOT IN (SELECT f.value FROM json_each(j.failed_sessions) AS f)))
+ORDER BY j.run_at, j.id
+LIMIT :limit;
+
 -- name: job_claim_many
--- Claim up to :limit pending jobs, best first, for a live session. A job that this session
--- already failed is left to other live sessions serving its queue, while there are any.
--- Suspects (jobs lost with their worker :suspect_losses times or more) are taken only when
--- :take_suspect is true (the worker runs none), and then at most one: the first in claim
--- order.
+-- Claim the pending jobs :ids (chosen by job_claim_walk in this transaction, under the
+-- write lock) for a live session.
 UPDATE plunder_jobs
 SET status = 'running',
     attempt = attempt + 1,
@@ -122,36 +153,9 @@ SET status = 'running',
     -- who runs this attempt: its history row names them even if the session is gone
     (run_worker, run_host, run_pid) =
         (SELECT name, host, pid FROM plunder_sessions WHERE id = :session_id)
-WHERE id IN (
-  -- The window runs over the LIMIT rows the walk below found, never over the queue.
-  SELECT c.id FROM (
-    SELECT p.id, p.losses,
-           sum(p.losses >= :suspect_losses)
-               OVER (ORDER BY p.priority DESC, p.run_at, p.id) AS suspects
-    FROM (
-    -- INDEXED BY: walk the jobs in claim order and stop after LIMIT matches. Left to
-    -- itself the planner prefers the (queue, status) index and sorts every pending job
-    -- of the queue on each claim, which grows with the depth of the queue.
-    SELECT j.id, j.losses, j.priority, j.run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
-    WHERE j.status = 'pending'
-      AND j.queue IN (SELECT value FROM json_each(:queues))
-      AND j.task IN (SELECT value FROM json_each(:tasks))
-      AND j.run_at <= :now
-      AND (j.losses < :suspect_losses OR :take_suspect)
-      AND NOT (
-          j.failed_sessions != '[]'
-          AND EXISTS (SELECT 1 FROM json_each(j.failed_sessions) AS f WHERE f.value = :session_id)
-          AND EXISTS (
-              SELECT 1 FROM plunder_sessions AS s, json_each(s.queues) AS q
-              WHERE s.expires_at > :now AND q.value = j.queue
-                AND s.id NOT IN (SELECT f.value FROM json_each(j.failed_sessions) AS f)))
-    ORDER BY j.priority DESC, j.run_at, j.id
-    LIMIT :limit
-    ) AS p
-  ) AS c
-  WHERE c.losses < :suspect_losses OR c.suspects = 1
-)
-AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at > :now)
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND +status = 'pending'
+  AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at > :now)
 -- the job's own columns, not the run kept on it once it succeeds (run_*)
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,

@@ -37,8 +37,9 @@ CREATE TABLE plunder_jobs (
     run_logs TEXT
 );
 
--- Claim scans in claim order and filters queue and task, so it stops after LIMIT matches.
-CREATE INDEX plunder_jobs_claim ON plunder_jobs (priority DESC, run_at, id)
+-- Claims walk one queue's pending jobs in claim order, one priority level at a time, and
+-- stop after LIMIT matches or at the first job due later.
+CREATE INDEX plunder_jobs_claim ON plunder_jobs (queue, priority DESC, run_at, id)
     WHERE status = 'pending';
 CREATE INDEX plunder_jobs_pending_run_at ON plunder_jobs (run_at) WHERE status = 'pending';
 CREATE INDEX plunder_jobs_running ON plunder_jobs (session_id) WHERE status = 'running';

@@ -1,0 +1,143 @@
+"""What a claim reads does not grow with the depth of any queue: not with the jobs of queues
+the worker does not serve, nor with the delayed jobs behind the due ones, at any priority
+level. And it still takes the best jobs, across queues and levels, in claim order."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from plunder.model import SUSPECT_LOSSES, JobRecord, JobSpec
+from plunder.store import Store
+from tests.store.helpers import claim, enqueue, later, open_session
+
+DAY = 86_400.0
+DEEP = 40_000
+
+
+def _fill(store: Store, depth: int, now: datetime) -> None:
+    """``depth`` jobs a claim on queue "mine" must not take: half due now in another queue
+    (enqueued first, so they come first by priority, run_at and id), half in "mine" but due
+    tomorrow, at the levels of the jobs the claim does take and at one below them."""
+    other = [JobSpec("t", [i], queue="other") for i in range(depth // 2)]
+    later_ = [
+        JobSpec("t", [i], queue="mine", delay=DAY, priority=(5, 0, -1)[i % 3])
+        for i in range(depth - depth // 2)
+    ]
+    for start in range(0, depth, 5_000):
+        store.job_enqueue_ids((other + later_)[start : start + 5_000], now=now)
+
+
+def _work(store: Store, store_url: str, run: Callable[[], list[JobRecord]]) -> int:
+    """How much the database did for ``run()``: SQLite's virtual machine steps (counted in
+    hundreds), PostgreSQL's buffer accesses (from EXPLAIN of the same claim, rolled back)."""
+    if store_url.startswith("sqlite:"):
+        conn: Any = store._connection()  # type: ignore[attr-defined]
+        steps = [0]
+
+        def count() -> int:
+            steps[0] += 1
+            return 0
+
+        conn.set_progress_handler(count, 100)
+        try:
+            run()
+        finally:
+            conn.set_progress_handler(None, 0)
+        return steps[0]
+    import psycopg
+
+    session_id, limit = run.session_id, run.limit  # type: ignore[attr-defined]
+    with psycopg.connect(store_url) as conn:
+        plan = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.queries["job_claim_many"],  # type: ignore[attr-defined]
+            {
+                "session_id": session_id,
+                "queues": ["mine"],
+                "tasks": ["t"],
+                "limit": limit,
+                "take_suspect": True,
+                "suspect_losses": SUSPECT_LOSSES,
+                "now": None,
+            },
+        ).fetchone()[0]  # type: ignore[index]
+        conn.rollback()
+    top = (plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"]
+    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+
+
+def _claim_work(store: Store, store_url: str, depth: int, *, due: int, limit: int) -> int:
+    now = store.now()
+    _fill(store, depth, now)
+    enqueue(store, *[JobSpec("t", [i], queue="mine", priority=(5, 0)[i % 2]) for i in range(due)])
+    session = open_session(store, queues=["mine"])
+
+    taken: list[JobRecord] = []
+
+    def run() -> list[JobRecord]:
+        taken.extend(claim(store, session, queues=["mine"], limit=limit))
+        return taken
+
+    run.session_id, run.limit = session.id, limit  # type: ignore[attr-defined]
+    work = _work(store, store_url, run)  # on PostgreSQL, EXPLAIN's claim was rolled back
+    while got := claim(store, session, queues=["mine"], limit=limit):
+        taken += got
+    assert sorted(j.args[0] for j in taken) == list(range(due))  # the due ones, no other
+    return work
+
+
+def test_a_claim_that_finds_few_jobs_reads_as_much_behind_a_deep_queue(
+    store: Store, store_url: str, backend: str
+) -> None:
+    """Fewer due jobs than the claim asks for: it must stop at the first delayed job of each
+    level, not walk every one of them (nor the other queue's jobs)."""
+    shallow = _claim_work(store, store_url, 600, due=6, limit=50)
+    deep = _claim_work(store, store_url, DEEP, due=6, limit=50)
+    assert deep < 2 * shallow + 20, f"{backend}: {shallow} at depth 600, {deep} at {DEEP:,}"
+
+
+def test_a_full_claim_reads_as_much_behind_a_deep_queue(
+    store: Store, store_url: str, backend: str
+) -> None:
+    shallow = _claim_work(store, store_url, 600, due=80, limit=60)
+    deep = _claim_work(store, store_url, DEEP, due=80, limit=60)
+    assert deep < 2 * shallow + 20, f"{backend}: {shallow} at depth 600, {deep} at {DEEP:,}"
+
+
+def test_claims_take_the_best_due_jobs_across_queues_and_levels(store: Store) -> None:
+    """Random mixes of queues, priority levels and due times, claimed in random batches
+    from random sets of queues, against the rule: the due jobs of the listed queues, best
+    priority first, then earliest run_at, then lowest id."""
+    rng = random.Random(7)
+    t0 = store.now()
+    for round_ in range(12):
+        queues = [f"q{round_}-{n}" for n in range(3)]
+        specs = [
+            JobSpec(
+                "t",
+                [i],
+                queue=rng.choice(queues),
+                priority=rng.choice((-3, 0, 0, 1, 7)),
+                delay=rng.choice((0.0, 0.0, 1.0, 2.0, 30.0, DAY)),
+            )
+            for i in range(rng.randint(1, 60))
+        ]
+        jobs = enqueue(store, *specs, now=t0)
+        at = later(t0, rng.choice((0.5, 1.5, 2.5, 60.0)))
+        served = rng.sample(queues, rng.randint(1, 3))
+        session = open_session(store, queues=served, name=f"w{round_}", expiry=DAY, now=t0)
+        left = sorted(
+            (j for j in jobs if j.queue in served and j.run_at <= at),
+            key=lambda j: (-j.priority, j.run_at, j.id),
+        )
+        while True:
+            limit = rng.randint(1, 25)
+            got = claim(store, session, queues=served, limit=limit, now=at)
+            assert [j.id for j in got] == [j.id for j in left[:limit]], f"round {round_}"
+            left = left[limit:]
+            if not got:
+                break
+        assert left == []

@@ -64,7 +64,12 @@ PG_SCENARIOS = {
     "5": ["rescue"],
     "6": ["depth_small", "depth_large"],
 }
-SQLITE_SCENARIOS = {"7": ["enqueue", "drain_1", "drain_4"], "4": ["latency"], "5": ["rescue"]}
+SQLITE_SCENARIOS = {
+    "7": ["enqueue", "drain_1", "drain_4"],
+    "4": ["latency"],
+    "5": ["rescue"],
+    "6": ["depth_small", "depth_large"],
+}
 
 
 @dataclass(frozen=True)
@@ -430,6 +435,12 @@ def targets(medians: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         "depth: drain on large / small depth ≥ 0.8",
         get("plunder_pg", "depth_large"),
         get("plunder_pg", "depth_small"),
+        0.8,
+    )
+    ratio(
+        "SQLite depth: drain on large / small depth ≥ 0.8",
+        get("plunder_sqlite", "depth_large"),
+        get("plunder_sqlite", "depth_small"),
         0.8,
     )
     absolute(

@@ -56,7 +56,7 @@ def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -
     expected = {
         "plunder_pg": ["enqueue", "drain_1", "drain_2", "depth_small", "depth_large"],
         "raw_pg": ["enqueue", "drain_1", "drain_2", "depth_small", "depth_large"],
-        "plunder_sqlite": ["enqueue", "drain_1", "drain_4"],
+        "plunder_sqlite": ["enqueue", "drain_1", "drain_4", "depth_small", "depth_large"],
         "raw_sqlite": ["enqueue", "drain_1", "drain_4"],
     }
     for system, measurements in expected.items():

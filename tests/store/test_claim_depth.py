@@ -113,17 +113,19 @@ def test_claims_take_the_best_due_jobs_across_queues_and_levels(store: Store) ->
     priority first, then earliest run_at, then lowest id."""
     rng = random.Random(7)
     t0 = store.now()
-    for round_ in range(12):
+    for round_ in range(16):
         queues = [f"q{round_}-{n}" for n in range(3)]
+        # every other round, more priority levels than a claim reads one by one
+        levels = (-3, 0, 0, 1, 7) if round_ % 2 else tuple(range(-20, 21))
         specs = [
             JobSpec(
                 "t",
                 [i],
                 queue=rng.choice(queues),
-                priority=rng.choice((-3, 0, 0, 1, 7)),
+                priority=rng.choice(levels),
                 delay=rng.choice((0.0, 0.0, 1.0, 2.0, 30.0, DAY)),
             )
-            for i in range(rng.randint(1, 60))
+            for i in range(rng.randint(1, 120))
         ]
         jobs = enqueue(store, *specs, now=t0)
         at = later(t0, rng.choice((0.5, 1.5, 2.5, 60.0)))
@@ -141,3 +143,21 @@ def test_claims_take_the_best_due_jobs_across_queues_and_levels(store: Store) ->
             if not got:
                 break
         assert left == []
+
+
+def test_a_queue_named_twice_is_read_once(store: Store) -> None:
+    jobs = enqueue(store, *[JobSpec("t", [i], queue="a") for i in range(4)])
+    session = open_session(store, queues=["a"])
+    got = claim(store, session, queues=["a", "a"], limit=4)
+    assert [j.id for j in got] == [j.id for j in jobs]
+
+
+def test_a_claim_below_many_levels_still_takes_the_best_due_jobs(store: Store) -> None:
+    """More levels than a claim probes one by one, most of them delayed: the due jobs below
+    them are found (by the walk of the rest of the queue), in claim order."""
+    t0 = store.now()
+    enqueue(store, *[JobSpec("t", ["later", p], priority=p, delay=DAY) for p in range(100, 0, -1)])
+    due = enqueue(store, *[JobSpec("t", ["due", p], priority=p) for p in (50, -5, 3, -5)], now=t0)
+    session = open_session(store)
+    got = claim(store, session, limit=10)
+    assert [j.id for j in got] == [due[0].id, due[2].id, due[1].id, due[3].id]

@@ -518,7 +518,7 @@ class SQLStore(Maintenance, Reads):
             names, rows = self._claim_rows(
                 tx,
                 session_id,
-                queues=list(queues),
+                queues=list(dict.fromkeys(queues)),  # a queue named twice is read once
                 tasks=list(tasks),
                 limit=int(limit),
                 take_suspect=bool(take_suspect),

@@ -38,6 +38,9 @@ from plunder.store.engine import Tx
 from plunder.store.sqlbase import Claimed, Row, SQLStore
 
 log = logging.getLogger("plunder.store")
+# Priority levels a claim reads one by one, as PostgreSQL's job_claim_many does: a queue with
+# more (a priority used as a score) would cost a probe per level.
+CLAIM_LEVELS = 16
 SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
 NETWORK_FILESYSTEMS = frozenset(
     {
@@ -507,9 +510,11 @@ class SqliteStore(SQLStore):
         statement is a loop here, of statements that cost no round trip (the file is local,
         and the transaction holds the write lock): for each queue, its priority levels best
         first (``job_claim_level``), and in each level the jobs due now, up to what is still
-        missing (``job_claim_walk``). What it reads does not grow with the depth of any
-        queue. The best ``limit`` of what was found, with at most one suspect (the first in
-        claim order), are claimed by ``job_claim_many``."""
+        missing (``job_claim_walk``); below the CLAIM_LEVELS-th level, the rest of the
+        queue in one walk (``job_claim_rest``). What it reads does not grow with the number
+        of jobs due later, nor with other queues'. The best ``limit`` of what was found,
+        with at most one suspect (the first in claim order), are claimed by
+        ``job_claim_many``."""
         walk = {
             "session_id": session_id,
             "tasks": self._list_in(tasks),
@@ -518,17 +523,20 @@ class SqliteStore(SQLStore):
             "now": clock,
         }
         found: list[Row] = []
-        for queue in dict.fromkeys(queues):
-            missing = limit
-            level = tx.one("job_claim_level", queue=queue, below=math.inf)
-            while level is not None and missing > 0:
-                rows = tx.all(
-                    "job_claim_walk", queue=queue, priority=level["priority"], limit=missing, **walk
-                )
+        for queue in queues:
+            missing, below = limit, math.inf
+            for _ in range(CLAIM_LEVELS):
+                level = tx.one("job_claim_level", queue=queue, below=below)
+                if level is None:
+                    break
+                below = level["priority"]
+                rows = tx.all("job_claim_walk", queue=queue, priority=below, limit=missing, **walk)
                 found += rows
                 missing -= len(rows)
-                if missing > 0:
-                    level = tx.one("job_claim_level", queue=queue, below=level["priority"])
+                if not missing:
+                    break
+            else:  # as many levels as a claim probes, and still short: the rest in one walk
+                found += tx.all("job_claim_rest", queue=queue, below=below, limit=missing, **walk)
         if len(queues) > 1:
             found.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
         ids: list[int] = []

@@ -150,6 +150,10 @@ SELECT NULL::integer AS priority WHERE false;
 -- SQLite only, as job_claim_level.
 SELECT NULL::bigint AS id WHERE false;
 
+-- name: job_claim_rest
+-- SQLite only, as job_claim_level.
+SELECT NULL::bigint AS id WHERE false;
+
 -- name: job_claim_many
 -- Claim up to %(limit)s pending jobs, best first, for a live session; rows another claimer
 -- holds are skipped, not waited for. A job that this session already failed is left to
@@ -157,29 +161,32 @@ SELECT NULL::bigint AS id WHERE false;
 -- their worker suspect_losses times or more) are taken only when take_suspect is true (the
 -- worker runs none), and then at most one: the first in claim order (one picked beyond it
 -- stays locked, unclaimed, until this commit).
--- How much it reads does not grow with the depth of any queue. plunder_jobs_claim holds
--- each queue's pending jobs in claim order, and within one priority level the jobs due now
--- come before those due later. So each of the worker's queues is read on its own
--- (`queue = q.name`), one priority level at a time, best first (`levels`: one index probe
--- per level), and within a level only while `run_at <= now` (an index bound, not a
--- filter): a claim that finds fewer jobs than it asks for stops at the first job due later
--- instead of walking every delayed job behind it. The levels are read in order and the
--- walk stops at LIMIT rows, so lower levels are not even probed when the first fills the
--- claim.
+-- What it reads does not grow with the number of jobs due later, nor with other queues'.
+-- plunder_jobs_claim holds each queue's pending jobs in claim order, and within one
+-- priority level the jobs due now come before those due later. So each of the worker's
+-- queues is read on its own (`queue = q.name`), one priority level at a time, best first
+-- (`levels`: one index probe per level), and within a level only while `run_at <= now` (an
+-- index bound, not a filter): a claim that finds fewer jobs than it asks for stops at the
+-- first job due later instead of walking every delayed job behind it. The levels are read
+-- in order and the walk stops at LIMIT rows, so lower levels are not even probed when the
+-- first fills the claim. A queue with more than 16 levels (a priority used as a score)
+-- would cost a probe per level, so below the 16th the rest of the queue is walked in one
+-- go, in claim order, the jobs due later included (`rest`).
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 picked AS (
     SELECT c.id, c.losses, c.priority, c.run_at FROM clock, unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
         WITH RECURSIVE levels AS (
-            (SELECT j.priority FROM plunder_jobs AS j
+            (SELECT j.priority, 1 AS n FROM plunder_jobs AS j
              WHERE j.status = 'pending' AND j.queue = q.name
              ORDER BY j.priority DESC LIMIT 1)
             UNION ALL
-            SELECT lower.priority FROM levels AS l
+            SELECT lower.priority, l.n + 1 FROM levels AS l
             CROSS JOIN LATERAL (
                 SELECT j.priority FROM plunder_jobs AS j
                 WHERE j.status = 'pending' AND j.queue = q.name AND j.priority < l.priority
                 ORDER BY j.priority DESC LIMIT 1) AS lower
+            WHERE l.n < 16
         )
         SELECT due.* FROM levels AS l
         CROSS JOIN LATERAL (
@@ -201,6 +208,27 @@ picked AS (
             LIMIT %(limit)s
             FOR UPDATE OF j SKIP LOCKED
         ) AS due
+        UNION ALL
+        SELECT rest.* FROM (SELECT min(priority) AS below FROM levels HAVING count(*) = 16) AS b
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.priority, j.run_at, j.losses FROM plunder_jobs AS j
+            WHERE j.status = 'pending'
+              AND j.queue = q.name
+              AND j.priority < b.below
+              AND j.run_at <= clock.now
+              AND j.task = ANY(%(tasks)s::text[])
+              AND (j.losses < %(suspect_losses)s OR %(take_suspect)s)
+              AND NOT (
+                  cardinality(j.failed_sessions) > 0
+                  AND %(session_id)s = ANY(j.failed_sessions)
+                  AND EXISTS (
+                      SELECT 1 FROM plunder_sessions AS s
+                      WHERE s.expires_at > clock.now AND j.queue = ANY(s.queues)
+                        AND NOT (s.id = ANY(j.failed_sessions))))
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT %(limit)s
+            FOR UPDATE OF j SKIP LOCKED
+        ) AS rest
         LIMIT %(limit)s
     ) AS c
     WHERE EXISTS (SELECT 1 FROM plunder_sessions
@@ -226,9 +254,12 @@ claimed AS (
         deadline_at = clock.now + j.timeout * interval '1 second',
         -- who runs this attempt: its history row names them even if the session is gone
         run_worker = me.name, run_host = me.host, run_pid = me.pid
-    FROM chosen, clock,
+    FROM clock,
          (SELECT name, host, pid FROM plunder_sessions WHERE id = %(session_id)s) AS me
-    WHERE j.id = chosen.id
+    -- by primary key, one probe per chosen id, whatever the planner guesses of how many
+    -- rows the walk above returns: the statement is prepared with a generic plan, which
+    -- cannot know LIMIT and would otherwise join the chosen ids to a scan of every job
+    WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
     -- the job's own columns, not the run kept on it once it succeeds (run_*)
     RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.status, j.attempt,
               j.max_attempts, j.timeout, j.backoff_base, j.backoff_cap, j.retry_on_timeout,

@@ -140,6 +140,28 @@ WHERE j.status = 'pending'
 ORDER BY j.run_at, j.id
 LIMIT :limit;
 
+-- name: job_claim_rest
+-- Up to :limit jobs of one queue below priority level :below that a claim may take now, in
+-- claim order: after CLAIM_LEVELS levels (see SqliteStore._claim_rows), the rest of a
+-- queue with many levels (a priority used as a score) is walked in one go, the jobs due
+-- later included, rather than with a probe per level. Filters as job_claim_walk.
+SELECT j.id, j.losses, j.priority, j.run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
+WHERE j.status = 'pending'
+  AND j.queue = :queue
+  AND j.priority < :below
+  AND j.run_at <= :now
+  AND j.task IN (SELECT value FROM json_each(:tasks))
+  AND (j.losses < :suspect_losses OR :take_suspect)
+  AND NOT (
+      j.failed_sessions != '[]'
+      AND EXISTS (SELECT 1 FROM json_each(j.failed_sessions) AS f WHERE f.value = :session_id)
+      AND EXISTS (
+          SELECT 1 FROM plunder_sessions AS s, json_each(s.queues) AS q
+          WHERE s.expires_at > :now AND q.value = j.queue
+            AND s.id NOT IN (SELECT f.value FROM json_each(j.failed_sessions) AS f)))
+ORDER BY j.priority DESC, j.run_at, j.id
+LIMIT :limit;
+
 -- name: job_claim_many
 -- Claim the pending jobs :ids (chosen by job_claim_walk in this transaction, under the
 -- write lock) for a live session.

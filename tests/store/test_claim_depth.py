@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+import pytest
+
 from plunder.model import SUSPECT_LOSSES, JobRecord, JobSpec
-from plunder.store import Store
+from plunder.store import Store, open_store
 from tests.store.helpers import claim, enqueue, later, open_session
 
 DAY = 86_400.0
@@ -161,3 +164,53 @@ def test_a_claim_below_many_levels_still_takes_the_best_due_jobs(store: Store) -
     session = open_session(store)
     got = claim(store, session, limit=10)
     assert [j.id for j in got] == [due[0].id, due[2].id, due[1].id, due[3].id]
+
+
+def test_a_prepared_claim_finds_its_jobs_by_key_on_a_deep_queue(
+    store: Store, store_url: str, backend: str
+) -> None:
+    """plunder's PostgreSQL connections prepare their statements with one generic plan
+    (``plan_cache_mode=force_generic_plan``), planned without the values of LIMIT or of the
+    queue. A generic claim once read the whole table on every run (a sequential scan, or a
+    merge join along the whole primary key, to find the 20 jobs it had chosen). The server's
+    own counters, around five claims of 20 on a connection that has prepared the claim:
+    the primary key probed about once per claimed job, no sequential scan."""
+    if backend != "postgres":
+        pytest.skip("generic plans of prepared statements are PostgreSQL's")
+    import psycopg
+
+    for queue, delay in (("other", 0.0), ("mine", DAY), ("mine", 0.0)):
+        store.job_enqueue_ids([JobSpec("t", [i], queue=queue, delay=delay) for i in range(10_000)])
+    probe = psycopg.connect(store_url, autocommit=True)
+    probe.execute("ANALYZE plunder_jobs")
+    claims = open_store(store_url, pool_size=1)  # one connection: the one that prepares
+    session = open_session(claims, queues=["mine"])
+
+    def take(limit: int) -> int:
+        return len(claim(claims, session, queues=["mine"], limit=limit))
+
+    def counters() -> tuple[int, int]:
+        # a backend reports its counters at the end of a transaction a second or more
+        # after its last report: wait, then end one more (a claim of one job)
+        time.sleep(1.1)
+        take(1)
+        time.sleep(0.3)
+        probe.execute("SELECT pg_stat_clear_snapshot()")
+        row = probe.execute(
+            "SELECT i.idx_tup_read, coalesce(t.seq_tup_read, 0) FROM pg_stat_user_indexes AS i "
+            "JOIN pg_stat_user_tables AS t USING (relid) "
+            "WHERE i.indexrelname = 'plunder_jobs_pkey'"
+        ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    try:
+        assert sum(take(20) for _ in range(8)) == 160  # prepared after five runs
+        keys, scanned = counters()
+        assert sum(take(20) for _ in range(5)) == 100
+        keys_after, scanned_after = counters()
+    finally:
+        claims.close()
+        probe.close()
+    assert scanned_after - scanned == 0
+    assert keys_after - keys <= 2 * (100 + 1)

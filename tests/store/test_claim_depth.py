@@ -15,6 +15,7 @@ import pytest
 
 from plunder.model import SUSPECT_LOSSES, JobRecord, JobSpec
 from plunder.store import Store, open_store
+from plunder.store.sqlbase import CLAIM_LEVELS
 from tests.store.helpers import claim, enqueue, later, open_session
 
 DAY = 86_400.0
@@ -64,6 +65,7 @@ def _work(store: Store, store_url: str, run: Callable[[], list[JobRecord]]) -> i
                 "limit": limit,
                 "take_suspect": True,
                 "suspect_losses": SUSPECT_LOSSES,
+                "levels": CLAIM_LEVELS,
                 "now": None,
             },
         ).fetchone()[0]  # type: ignore[index]

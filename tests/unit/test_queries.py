@@ -41,7 +41,16 @@ def test_both_dialects_parse_and_name_the_same_queries() -> None:
 DIFFERENT_PARAMETERS = {
     "job_claim_many": (
         {"ids", "session_id", "now"},
-        {"session_id", "queues", "tasks", "limit", "take_suspect", "suspect_losses", "now"},
+        {
+            "session_id",
+            "queues",
+            "tasks",
+            "limit",
+            "take_suspect",
+            "suspect_losses",
+            "levels",
+            "now",
+        },
     ),
 }
 

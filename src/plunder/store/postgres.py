@@ -50,8 +50,10 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     ) from exc
 
 from plunder import errors
+from plunder.model import SUSPECT_LOSSES
 from plunder.store.deadlines import Deadlines
-from plunder.store.sqlbase import Row, SQLStore
+from plunder.store.engine import Tx
+from plunder.store.sqlbase import CLAIM_LEVELS, Claimed, Row, SQLStore
 
 log = logging.getLogger("plunder.store")
 RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected, pg_errors.LockNotAvailable)
@@ -661,6 +663,30 @@ class PostgresStore(SQLStore):
             return False
         state = exc.sqlstate
         return state is None or state.startswith(("08", "57P"))
+
+    def _claim_rows(
+        self,
+        tx: Tx,
+        session_id: str,
+        *,
+        queues: list[str],
+        tasks: list[str],
+        limit: int,
+        take_suspect: bool,
+        clock: Any,
+    ) -> Claimed:
+        """One statement: PostgreSQL walks each queue and priority level inside it."""
+        return tx.table(
+            "job_claim_many",
+            session_id=session_id,
+            queues=self._list_in(queues),
+            tasks=self._list_in(tasks),
+            limit=limit,
+            take_suspect=take_suspect,
+            suspect_losses=SUSPECT_LOSSES,
+            levels=CLAIM_LEVELS,
+            now=clock,
+        )
 
     def _time(self, value: Any) -> datetime:
         if not isinstance(value, datetime):

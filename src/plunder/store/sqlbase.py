@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import functools
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
 
 from plunder import errors, payload
 from plunder.model import (
-    SUSPECT_LOSSES,
     AckResult,
     Claim,
     Completion,
@@ -56,6 +55,9 @@ __all__ = ["Row", "SQLStore"]
 _NUMBERED = {"id": 0, "run_at": 1, "created_at": 2}
 
 Claimed = tuple[list[str], list[Sequence[Any]]]  # a claim's column names and rows
+# Priority levels of a queue that a claim reads one by one (see job_claim_many): a queue
+# with more, a priority used as a score, would cost an index probe per level.
+CLAIM_LEVELS = 16
 
 
 class SQLStore(Maintenance, Reads):
@@ -498,6 +500,10 @@ class SQLStore(Maintenance, Reads):
         if not 1 <= int(limit) <= MAX_BATCH:
             raise ValueError(f"claim limit must be between 1 and {MAX_BATCH}, got {limit}")
 
+    # The claim itself, in tx, by each dialect (its job_claim_many): (tx, session_id, *,
+    # queues, tasks, limit, take_suspect, clock) -> the claimed rows.
+    _claim_rows: Callable[..., Claimed]
+
     def _claim(
         self,
         tx: Tx,
@@ -527,30 +533,6 @@ class SQLStore(Maintenance, Reads):
         if not rows and tx.one("session_alive", session_id=session_id, now=clock) is None:
             raise errors.SessionGone(f"session {session_id} has expired or was closed")
         return names, rows
-
-    def _claim_rows(
-        self,
-        tx: Tx,
-        session_id: str,
-        *,
-        queues: list[str],
-        tasks: list[str],
-        limit: int,
-        take_suspect: bool,
-        clock: Any,
-    ) -> Claimed:
-        """The claim itself: one statement (``job_claim_many``) where the dialect can walk
-        each queue and priority level inside it."""
-        return tx.table(
-            "job_claim_many",
-            session_id=session_id,
-            queues=self._list_in(queues),
-            tasks=self._list_in(tasks),
-            limit=limit,
-            take_suspect=take_suspect,
-            suspect_losses=SUSPECT_LOSSES,
-            now=clock,
-        )
 
     def _claimed(self, claimed: Claimed) -> list[JobRecord]:
         names, rows = claimed

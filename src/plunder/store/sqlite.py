@@ -35,12 +35,9 @@ from plunder import errors, payload
 from plunder.model import SUSPECT_LOSSES
 from plunder.store import queries
 from plunder.store.engine import Tx
-from plunder.store.sqlbase import Claimed, Row, SQLStore
+from plunder.store.sqlbase import CLAIM_LEVELS, Claimed, Row, SQLStore
 
 log = logging.getLogger("plunder.store")
-# Priority levels a claim reads one by one, as PostgreSQL's job_claim_many does: a queue with
-# more (a priority used as a score) would cost a probe per level.
-CLAIM_LEVELS = 16
 SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
 NETWORK_FILESYSTEMS = frozenset(
     {

@@ -169,9 +169,10 @@ SELECT NULL::bigint AS id WHERE false;
 -- index bound, not a filter): a claim that finds fewer jobs than it asks for stops at the
 -- first job due later instead of walking every delayed job behind it. The levels are read
 -- in order and the walk stops at LIMIT rows, so lower levels are not even probed when the
--- first fills the claim. A queue with more than 16 levels (a priority used as a score)
--- would cost a probe per level, so below the 16th the rest of the queue is walked in one
--- go, in claim order, the jobs due later included (`rest`).
+-- first fills the claim. A queue with more levels than the parameter `levels` says (the
+-- store's CLAIM_LEVELS; a priority used as a score) would cost a probe per level, so below
+-- the last of those the rest of the queue is walked in one go, in claim order, the jobs due
+-- later included (`rest`).
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 picked AS (
     SELECT c.id, c.losses, c.priority, c.run_at FROM clock, unnest(%(queues)s::text[]) AS q(name)
@@ -186,7 +187,7 @@ picked AS (
                 SELECT j.priority FROM plunder_jobs AS j
                 WHERE j.status = 'pending' AND j.queue = q.name AND j.priority < l.priority
                 ORDER BY j.priority DESC LIMIT 1) AS lower
-            WHERE l.n < 16
+            WHERE l.n < %(levels)s::integer
         )
         SELECT due.* FROM levels AS l
         CROSS JOIN LATERAL (
@@ -209,7 +210,8 @@ picked AS (
             FOR UPDATE OF j SKIP LOCKED
         ) AS due
         UNION ALL
-        SELECT rest.* FROM (SELECT min(priority) AS below FROM levels HAVING count(*) = 16) AS b
+        SELECT rest.* FROM (SELECT min(priority) AS below FROM levels
+                  HAVING count(*) = %(levels)s::integer) AS b
         CROSS JOIN LATERAL (
             SELECT j.id, j.priority, j.run_at, j.losses FROM plunder_jobs AS j
             WHERE j.status = 'pending'

@@ -4,6 +4,7 @@ one produce exactly the fresh schema; racing migrators all succeed and leave one
 from __future__ import annotations
 
 import re
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import pytest
 
 import plunder
 from plunder import errors
+from plunder.model import Completion, ErrorInfo, Failure, JobSpec
 from plunder.store import queries
 from tests.conftest import _pg_database, _pg_drop
 from tests.store.helpers import raw_connect
@@ -25,10 +27,12 @@ Snapshot = dict[str, list[tuple[Any, ...]]]
 
 # -- what a schema is, per dialect -----------------------------------------------------------
 def normalized(sql: str | None) -> str:
-    """DDL text without comments and without layout."""
+    """DDL text without comments, without layout and without quotes around names (SQLite
+    quotes the name of a table it renamed, as a rebuild does)."""
     if sql is None:
         return ""
     sql = re.sub(r"--[^\n]*", "", sql)
+    sql = re.sub(r'"(\w+)"', r"\1", sql)
     sql = re.sub(r"\s+", " ", sql).strip()
     return re.sub(r"\s*([(),])\s*", r"\1", sql)
 
@@ -251,3 +255,71 @@ def wait_for_lock_wait(url: str, timeout: float = 10) -> None:
                 return
             time.sleep(0.01)
     pytest.fail("the store never waited on the other migrator's lock")
+
+
+# -- the SQLite table rebuild (version 8) -------------------------------------------------------
+def rows_of(url: str) -> dict[str, Any]:
+    conn = raw_connect(url)
+    try:
+        return {
+            table: conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
+            for table in ("plunder_jobs", "plunder_runs", "plunder_events", "sqlite_sequence")
+        }
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_the_sqlite_rebuild_keeps_every_row_id_and_reference(
+    empty_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 8 rebuilds plunder_jobs and plunder_runs. Jobs in every state, a key, a
+    history row, stream events and a pruned last id all come through it as they were: the
+    next job does not reuse the pruned id, the runs and events still belong to their jobs
+    (deleting a job deletes them), and the store enforces foreign keys again after."""
+    every = queries.migrations("sqlite")
+    monkeypatch.setattr(queries, "migrations", lambda dialect: every[:7])
+    old = plunder.open_store(empty_url)
+    try:
+        assert old.migrate(fresh_schema=False) == 7
+        specs = [JobSpec("t", [i]) for i in range(4)] + [JobSpec("t", key="k"), JobSpec("t")]
+        jobs = old.job_enqueue_many(specs)
+        session = old.session_open(name="w", host="h", pid=1, queues=["default"], expiry=60)
+        claimed = old.job_claim_many(session.id, queues=["default"], tasks=["t"], limit=3)
+        old.job_complete_many([Completion(claimed[0].claim, "done")])
+        old.job_fail_many([Failure(claimed[1].claim, ErrorInfo("E", "bad"), retry_delay=None)])
+        old.stream_append(claimed[2].claim, [("chunk", "a"), ("progress", {"current": 1})])
+    finally:
+        old.close()
+    execute(empty_url, f"DELETE FROM plunder_jobs WHERE id = {jobs[-1].id}")  # pruned
+    before = rows_of(empty_url)
+    assert before["plunder_runs"] and before["plunder_events"]
+    assert before["sqlite_sequence"] != []
+    monkeypatch.undo()
+
+    store = plunder.open_store(empty_url)
+    try:
+        assert store.migrate() == len(every)
+        assert store.schema_check() == len(every)
+        assert rows_of(empty_url) == before
+        (fresh,) = store.job_enqueue_many([JobSpec("t")])
+        assert fresh.id == jobs[-1].id + 1  # the pruned id is not used again
+        (again,) = store.job_enqueue_many([JobSpec("t", key="k")])
+        assert again.id == jobs[4].id  # the key still names its one active job
+        assert store._connection().execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    finally:
+        store.close()
+    conn = raw_connect(empty_url)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        conn.execute("PRAGMA foreign_keys=ON")
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute("UPDATE plunder_jobs SET status = 'lost' WHERE id = ?", (jobs[0].id,))
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute("UPDATE plunder_runs SET outcome = 'done'")
+        conn.execute("DELETE FROM plunder_jobs WHERE id IN (?, ?)", (claimed[1].id, claimed[2].id))
+        assert conn.execute("SELECT count(*) FROM plunder_runs").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM plunder_events").fetchone()[0] == 0
+    finally:
+        conn.close()

@@ -414,6 +414,20 @@ class SqliteStore(SQLStore):
             raise errors.StoreUnavailable(f"{self.path}: could not switch to WAL (got {mode})")
         return conn
 
+    def migrate(self, *, fresh_schema: bool = True) -> int:
+        """Migrations run with foreign-key enforcement off on this thread's connection: a
+        migration that rebuilds a table (SQLite cannot alter a CHECK, see 0008) drops the
+        old one, and with enforcement on that drop first deletes every row that refers to
+        it (runs and events, ON DELETE CASCADE). A rebuild keeps every id, so every
+        reference still holds. The pragma cannot change inside a transaction, hence here,
+        around the migration's."""
+        conn = self._connection()
+        conn.execute("PRAGMA foreign_keys=OFF")
+        try:
+            return super().migrate(fresh_schema=fresh_schema)
+        finally:
+            conn.execute("PRAGMA foreign_keys=ON")
+
     def notifications(
         self, *, listen: bool, application_name: str, statement_timeout: float | None = None
     ) -> SqliteNotifications:

@@ -1,0 +1,4 @@
+-- plunder schema version 8: on SQLite, the CHECKs of a job's status and a run's outcome are
+-- spelled out with OR instead of IN, which SQLite evaluates by building the list's set for
+-- every row it writes. PostgreSQL compares against the list directly; its schema does not
+-- change.

@@ -420,7 +420,9 @@ class SqliteStore(SQLStore):
         old one, and with enforcement on that drop first deletes every row that refers to
         it (runs and events, ON DELETE CASCADE). A rebuild keeps every id, so every
         reference still holds. The pragma cannot change inside a transaction, hence here,
-        around the migration's."""
+        around the migration's, on the connection an empty read transaction opened (with
+        the store's retries when the file is busy)."""
+        self._run(lambda tx: None, write=False)
         conn = self._connection()
         conn.execute("PRAGMA foreign_keys=OFF")
         try:

@@ -18,6 +18,7 @@ A process-pool task talks to its worker over one pipe::
 from __future__ import annotations
 
 import asyncio
+import collections
 import enum
 import importlib
 import logging
@@ -96,40 +97,76 @@ def call_arguments(task: Task, job: JobRecord, ctx: object) -> tuple[list[Any], 
 
 
 class ThreadRunner:
-    """A cached thread pool: a job goes to an idle thread, or to a new one when none is
-    idle, so a thread stuck in a task that ignores cancellation never takes a slot away
-    from the jobs after it. Threads idle for IDLE_SECONDS exit."""
+    """A cached thread pool that wakes as few threads as the jobs need. Started jobs wait
+    in a queue, and one thread at a time is *called* to it (an idle one woken, or a new
+    one): a called thread takes a job, and if more are waiting it calls the next thread
+    before it runs its own. So every queued job soon has a thread of its own, however long
+    the jobs before it take — a thread stuck in a task that ignores cancellation never
+    takes a slot away from the jobs after it — but a thread that finishes a short job
+    takes the next one itself, and a hundred short jobs run on a few threads instead of
+    waking a hundred (each wake-up is a thread switch and a turn at the GIL). Threads idle
+    for IDLE_SECONDS exit."""
 
     IDLE_SECONDS = 60.0
 
     def __init__(self, outcomes: queue.SimpleQueue[Any]) -> None:
         self.outcomes = outcomes
-        self._jobs: queue.SimpleQueue[Handle] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._idle = 0
+        self._jobs: collections.deque[Handle] = collections.deque()
+        self._sleeping: list[threading.Lock] = []  # idle threads, each blocked on its lock
+        self._called = 0  # threads called to the queue that have not looked at it yet
 
     def start(self, handle: Handle) -> None:
         with self._lock:
-            spawn = self._idle == 0
-            if not spawn:
-                self._idle -= 1
-        self._jobs.put(handle)
-        if spawn:
+            self._jobs.append(handle)
+            called = self._call()
+        if called is not None:
+            self._wake(called)
+
+    def _call(self) -> threading.Lock | bool | None:
+        """Under the lock, with jobs waiting: unless a thread is already called, call one
+        — an idle one (its lock, to release) or a new one (True). None: nothing to do."""
+        if self._called:
+            return None
+        self._called += 1
+        return self._sleeping.pop() if self._sleeping else True
+
+    def _wake(self, called: threading.Lock | bool) -> None:
+        if called is True:
             threading.Thread(target=self._serve, name="plunder-task", daemon=True).start()
+        elif called is not False:
+            called.release()
 
     def _serve(self) -> None:
+        """A thread's life: take a job (calling the next thread if more wait), run it, and
+        look again; with none waiting, sleep until called or idle too long."""
+        asleep = threading.Lock()  # held while this thread sleeps; released to wake it
+        counted = True  # among the called (a new thread was called to be made)
         while True:
-            try:
-                handle = self._jobs.get(timeout=self.IDLE_SECONDS)
-            except queue.Empty:
-                with self._lock:
-                    if self._idle > 0:
-                        self._idle -= 1
-                        return
-                continue  # a job is on its way to us
-            self._run(handle)
             with self._lock:
-                self._idle += 1
+                if counted:
+                    self._called -= 1
+                    counted = False
+                if self._jobs:
+                    handle: Handle | None = self._jobs.popleft()
+                    called = self._call() if self._jobs else None
+                else:
+                    handle = None
+                    asleep.acquire()
+                    self._sleeping.append(asleep)
+            if handle is not None:
+                if called is not None:
+                    self._wake(called)
+                self._run(handle)
+                continue
+            if not asleep.acquire(timeout=self.IDLE_SECONDS):
+                with self._lock:
+                    if asleep in self._sleeping:  # idle too long, and nobody called
+                        self._sleeping.remove(asleep)
+                        return
+                asleep.acquire()  # called just as the wait ended: the caller releases it
+            asleep.release()
+            counted = True
 
     def _run(self, handle: Handle) -> None:
         try:

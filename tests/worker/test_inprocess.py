@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -32,6 +33,21 @@ def test_sync_async_and_process_tasks_return_results(worker: Worker) -> None:
     assert repr(jobs[0]) == f"<Job {jobs[0].id} succeeded>"
     assert coroutine.result(timeout=20) == 5
     assert process.result(timeout=30) == sum(i * i for i in range(100))
+
+
+def test_short_jobs_run_on_a_few_threads(store_url: str) -> None:
+    """A hundred slots full of short jobs do not keep a hundred threads: a task thread
+    that finishes its job takes the next waiting one itself, and another thread is woken
+    only while jobs still wait."""
+    before = {t.ident for t in threading.enumerate()}
+    with worker_in_thread(store_url, concurrency=100) as running:
+        jobs = tasks.add.enqueue_many([(i, 1) for i in range(2000)])
+        assert [j.result(timeout=60) for j in jobs[-5:]] == [i + 1 for i in range(1995, 2000)]
+        wait_for(lambda: running.stats["succeeded"] == 2000, timeout=60)
+        made = [
+            t for t in threading.enumerate() if t.name == "plunder-task" and t.ident not in before
+        ]
+        assert len(made) < 25, f"{len(made)} task threads for 2,000 short jobs"
 
 
 def test_failures_record_the_error_and_retry_unless_told_not_to(worker: Worker) -> None:

@@ -371,3 +371,23 @@ def test_an_enqueue_whose_commit_went_unanswered_is_not_repeated(store_url: str)
         assert count_jobs(store_url) == 1
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_one_statement_enqueue_whose_answer_was_lost_is_not_repeated(store_url: str) -> None:
+    """Jobs without keys that share their options are inserted by one statement that
+    commits on its own (no BEGIN, no COMMIT): a connection lost while it runs may have
+    lost the answer to a commit, so the outcome is unknown there too, and it is not run
+    again. The server ended no other connection: the store's pool is the same after."""
+    store = plunder.open_store(store_url, busy_interval=0.01)
+    store.migrate()
+    _lose_connection_at_commit(store_url, times=1)
+    try:
+        with pytest.raises(errors.OutcomeUnknown, match="may or may not be stored"):
+            store.job_enqueue_many([JobSpec("t", [1]), JobSpec("t", [2])])
+        assert chaos_calls(store_url) == 1  # tried once, not repeated
+        (job,) = store.job_enqueue_many([JobSpec("t", [3])])
+        assert chaos_calls(store_url) == 2
+        assert [j.id for j in store.job_list(limit=10).jobs] == [job.id]
+    finally:
+        store.close()

@@ -60,6 +60,9 @@ class Tx(Protocol):
     """One open transaction, as the shared code sees it."""
 
     conn: Any
+    # True where each statement is a transaction of its own (see Engine._transaction's
+    # ``single``): its answer may be lost after it committed
+    statement_commits: bool
 
     def clock(self, now: Now) -> Any:
         """The value to pass as the ``now`` parameter for this transaction."""
@@ -208,8 +211,9 @@ class Engine(ABC):
         ``single``: see ``_transaction``.
 
         ``repeatable=False``: running ``op`` twice would write twice (an enqueue without
-        keys). A connection lost while committing leaves the outcome unknown, and then
-        this raises OutcomeUnknown instead of running it again."""
+        keys). A connection lost while committing (or, for a statement that commits on
+        its own, while it ran) leaves the outcome unknown, and then this raises
+        OutcomeUnknown instead of running it again."""
         if conn is not None:
             return self._run_joined(op, conn)
         # made at the first busy answer (its budget starts there anyway): it seeds a random
@@ -219,6 +223,7 @@ class Engine(ABC):
             committing = False
             try:
                 with self._transaction(write=write, single=single) as tx:
+                    committing = tx.statement_commits
                     result = op(tx)
                     committing = True
                 return result

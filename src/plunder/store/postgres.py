@@ -31,6 +31,7 @@ import logging
 import operator
 import os
 import secrets
+import select
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -137,10 +138,25 @@ def _columns(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return {key: _array(list(map(operator.itemgetter(key), rows))) for key in rows[0]}
 
 
+def _spoken_to(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the server sent something to this idle pooled connection. Most often it
+    closed it (a restart, ``idle_session_timeout``): a statement that commits on its own
+    would then fail, and for an enqueue nobody could tell whether before or after it
+    committed. In a transaction BEGIN fails first instead, surely before anything was
+    written, and the store retries on a fresh connection. (Anything else the server says
+    unasked, a changed setting say, only costs this call the two round trips.)"""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError):  # closed already
+        return True
+    return bool(readable)
+
+
 class _Tx:
     def __init__(self, conn: psycopg.Connection[Any], sql: Mapping[str, str]) -> None:
         self.conn = conn
         self._sql = sql
+        self.statement_commits = False
 
     def clock(self, now: datetime | None) -> datetime | None:
         if now is not None and now.tzinfo is None:
@@ -572,15 +588,17 @@ class PostgresStore(SQLStore):
             conn.prepare_threshold = self._prepare_threshold()
             tx = _Tx(conn, self.queries)
             per_transaction = isinstance(conn, _Connection) and conn.per_transaction
-            if not (single and conn.autocommit) or per_transaction:
+            if not (single and conn.autocommit) or per_transaction or _spoken_to(conn):
                 with conn.transaction():
                     self._limit(tx, conn)
                     yield tx
                 return
             # One write statement is a transaction of its own (the pool's connections are in
             # autocommit mode), without the round trips of BEGIN and COMMIT: an idle
-            # worker's claim, whose start is the latency users see. (Not behind a pooler
-            # that refused our settings: those are made per transaction.)
+            # worker's claim and a single enqueue, whose time is the latency users see.
+            # (Not behind a pooler that refused our settings: those are made per
+            # transaction.)
+            tx.statement_commits = True
             yield tx
 
     @contextmanager

@@ -118,8 +118,13 @@ class SQLStore(Maintenance, Reads):
                 for i in range(len(rows))
             ]
 
-        # a keyed job inserts at most once however often the transaction runs
-        return self._run(op, conn=conn, repeatable=all(row["key"] for row in rows))
+        # a keyed job inserts at most once however often the transaction runs; jobs without
+        # keys that share their options are one insert statement, which may then commit on
+        # its own (no BEGIN and COMMIT round trips: a single enqueue's whole cost on
+        # PostgreSQL is one round trip)
+        keyed = [bool(row["key"]) for row in rows]
+        single = not (self.numbers_jobs or any(keyed)) and len(batch.runs) == 1
+        return self._run(op, conn=conn, repeatable=all(keyed), single=single)
 
     def _number(self, tx: Tx, rows: list[dict[str, Any]]) -> None:
         """Give each row the id it will have (see Engine.numbers_jobs) as its seq: ids

@@ -137,6 +137,8 @@ _RETURNING = _returning(queries.load("sqlite"))
 
 
 class _Tx:
+    statement_commits = False  # always in a transaction: BEGIN IMMEDIATE, then COMMIT
+
     def __init__(self, conn: sqlite3.Connection, sql: Mapping[str, str]) -> None:
         self.conn = conn
         self._sql = sql

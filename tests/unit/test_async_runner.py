@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -16,7 +14,6 @@ from plunder.context import Context
 from plunder.execution import AsyncRunner, Handle
 from plunder.model import JobSpec
 from plunder.store import Store
-from plunder.store.connect import open_store
 from tests.store.helpers import claim, open_session
 
 app = plunder.App()
@@ -31,11 +28,8 @@ async def naps(seconds: float) -> str:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = open_store(f"sqlite:///{tmp_path / 'runner.db'}")
-    opened.migrate()
-    yield opened
-    opened.close()
+def store(sqlite_store: Store) -> Store:
+    return sqlite_store
 
 
 def handles(store: Store, count: int, seconds: float) -> list[Handle]:

@@ -9,7 +9,6 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +18,6 @@ from plunder.context import Context
 from plunder.execution import Handle, Outcome, ThreadRunner
 from plunder.model import JobSpec
 from plunder.store import Store
-from plunder.store.connect import open_store
 from tests.store.helpers import claim, open_session
 
 app = plunder.App()
@@ -38,11 +36,8 @@ def work(kind: str) -> str:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = open_store(f"sqlite:///{tmp_path / 'runner.db'}")
-    opened.migrate()
-    yield opened
-    opened.close()
+def store(sqlite_store: Store) -> Store:
+    return sqlite_store
 
 
 @pytest.fixture(autouse=True)

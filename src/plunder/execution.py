@@ -34,6 +34,8 @@ from plunder.context import LOG_FORMAT, Context, JobIdentity
 from plunder.model import ErrorInfo, JobRecord
 from plunder.task import Task
 
+log = logging.getLogger("plunder.worker")
+
 
 @dataclass(slots=True)
 class Outcome:
@@ -120,8 +122,19 @@ class ThreadRunner:
         with self._lock:
             self._jobs.append(handle)
             called = self._call()
-        if called is not None:
+        if called is None:
+            return
+        try:
             self._wake(called)
+        except Exception:
+            # no thread could be made (the process is out of them): this job does not
+            # start, and the caller fails it, unless a running thread took it meanwhile
+            with self._lock:
+                try:
+                    self._jobs.remove(handle)
+                except ValueError:
+                    return  # taken: it runs; the jobs behind it wait for a free thread
+            raise
 
     def _call(self) -> threading.Lock | bool | None:
         """Under the lock, with jobs waiting: unless a thread is already called, call one
@@ -133,7 +146,12 @@ class ThreadRunner:
 
     def _wake(self, called: threading.Lock | bool) -> None:
         if called is True:
-            threading.Thread(target=self._serve, name="plunder-task", daemon=True).start()
+            try:
+                threading.Thread(target=self._serve, name="plunder-task", daemon=True).start()
+            except BaseException:
+                with self._lock:
+                    self._called -= 1  # nobody is coming: the next start calls again
+                raise
         elif called is not False:
             called.release()
 
@@ -156,7 +174,10 @@ class ThreadRunner:
                     self._sleeping.append(asleep)
             if handle is not None:
                 if called is not None:
-                    self._wake(called)
+                    try:
+                        self._wake(called)
+                    except Exception as exc:  # the jobs behind wait for a free thread
+                        log.warning("could not start a task thread: %s", exc)
                 self._run(handle)
                 continue
             if not asleep.acquire(timeout=self.IDLE_SECONDS):

@@ -118,3 +118,60 @@ def test_no_job_is_lost_when_calls_meet_threads_giving_up(store: Store) -> None:
         time.sleep(0.0005 * (burst % 5))
     assert len(outcomes_of(outcomes, started)) == started
     assert outcomes.empty()
+
+
+class _NoThreads:
+    """threading.Thread.start failing as in a process out of threads, after ``allowed``
+    successful starts."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, allowed: int) -> None:
+        self.allowed = allowed
+        real = threading.Thread.start
+
+        def start(thread: threading.Thread) -> None:
+            if thread.name == "plunder-task":
+                if self.allowed <= 0:
+                    raise RuntimeError("can't start new thread")
+                self.allowed -= 1
+            real(thread)
+
+        monkeypatch.setattr(threading.Thread, "start", start)
+
+
+def test_a_job_whose_thread_cannot_be_made_does_not_start_and_blocks_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outcomes: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    runner = ThreadRunner(outcomes)
+    first, second = handles(store, ["quick", "quick"])
+    _NoThreads(monkeypatch, allowed=0)
+    with pytest.raises(RuntimeError, match="new thread"):
+        runner.start(first)  # the worker fails this job with that error
+    assert not runner._jobs and runner._called == 0
+    monkeypatch.undo()
+    runner.start(second)
+    (done,) = outcomes_of(outcomes, 1)
+    assert done.job.id == second.job.id
+    assert seen and sum(seen.values()) == 1  # the first never ran
+
+
+def test_jobs_behind_a_thread_that_cannot_be_made_run_when_one_is_free(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outcomes: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    runner = ThreadRunner(outcomes)
+    blocker, quick = handles(store, ["block", "quick"])
+    _NoThreads(monkeypatch, allowed=1)
+    with runner._lock:  # both queued before the first thread looks
+        runner._jobs.extend([blocker, quick])
+        called = runner._call()
+    assert called is True
+    runner._wake(called)
+    assert running.acquire(timeout=10)  # the blocker runs; calling the next thread failed
+    time.sleep(0.1)
+    assert runner._called == 0 and list(runner._jobs) == [quick]
+    monkeypatch.undo()
+    gate.set()
+    assert sorted(o.job.id for o in outcomes_of(outcomes, 2)) == sorted(
+        [blocker.job.id, quick.job.id]
+    )

@@ -121,11 +121,11 @@ class ThreadRunner:
     def start(self, handle: Handle) -> None:
         with self._lock:
             self._jobs.append(handle)
-            called = self._call()
-        if called is None:
+            spawn = self._call()
+        if not spawn:
             return
         try:
-            self._wake(called)
+            self._spawn()
         except Exception:
             # no thread could be made (the process is out of them): this job does not
             # start, and the caller fails it, unless a running thread took it meanwhile
@@ -136,24 +136,25 @@ class ThreadRunner:
                     return  # taken: it runs; the jobs behind it wait for a free thread
             raise
 
-    def _call(self) -> threading.Lock | bool | None:
-        """Under the lock, with jobs waiting: unless a thread is already called, call one
-        — an idle one (its lock, to release) or a new one (True). None: nothing to do."""
+    def _call(self) -> bool:
+        """Under the lock, with jobs waiting: unless a thread is already called, call one.
+        An idle one is woken here (releasing a lock never blocks, and nothing can come
+        between the choice and the wake-up); True: a new one must be made (``_spawn``)."""
         if self._called:
-            return None
+            return False
         self._called += 1
-        return self._sleeping.pop() if self._sleeping else True
+        if self._sleeping:
+            self._sleeping.pop().release()
+            return False
+        return True
 
-    def _wake(self, called: threading.Lock | bool) -> None:
-        if called is True:
-            try:
-                threading.Thread(target=self._serve, name="plunder-task", daemon=True).start()
-            except BaseException:
-                with self._lock:
-                    self._called -= 1  # nobody is coming: the next start calls again
-                raise
-        elif called is not False:
-            called.release()
+    def _spawn(self) -> None:
+        try:
+            threading.Thread(target=self._serve, name="plunder-task", daemon=True).start()
+        except BaseException:
+            with self._lock:
+                self._called -= 1  # nobody is coming: the next start calls again
+            raise
 
     def _serve(self) -> None:
         """A thread's life: take a job (calling the next thread if more wait), run it, and
@@ -167,15 +168,15 @@ class ThreadRunner:
                     counted = False
                 if self._jobs:
                     handle: Handle | None = self._jobs.popleft()
-                    called = self._call() if self._jobs else None
+                    spawn = bool(self._jobs) and self._call()
                 else:
                     handle = None
                     asleep.acquire()
                     self._sleeping.append(asleep)
             if handle is not None:
-                if called is not None:
+                if spawn:
                     try:
-                        self._wake(called)
+                        self._spawn()
                     except Exception as exc:  # the jobs behind wait for a free thread
                         log.warning("could not start a task thread: %s", exc)
                 self._run(handle)
@@ -185,7 +186,7 @@ class ThreadRunner:
                     if asleep in self._sleeping:  # idle too long, and nobody called
                         self._sleeping.remove(asleep)
                         return
-                asleep.acquire()  # called just as the wait ended: the caller releases it
+                asleep.acquire()  # called just as the wait ended: released already, by the caller
             asleep.release()
             counted = True
 

@@ -391,3 +391,29 @@ def test_a_one_statement_enqueue_whose_answer_was_lost_is_not_repeated(store_url
         assert [j.id for j in store.job_list(limit=10).jobs] == [job.id]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_an_insert_that_committed_on_its_own_but_returned_too_few_rows_says_so(
+    store_url: str,
+) -> None:
+    """A trigger of the user's skips one of the rows: the jobs it let through are stored
+    by a statement that committed on its own, so the enqueue must not look like a plain
+    failure (a caller would repeat it and store them twice)."""
+    store = plunder.open_store(store_url)
+    store.migrate()
+    with psycopg.connect(store_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION skip_two() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF NEW.args = '[2]' THEN RETURN NULL; END IF; RETURN NEW; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER skip_two BEFORE INSERT ON plunder_jobs "
+            "FOR EACH ROW EXECUTE FUNCTION skip_two()"
+        )
+    try:
+        with pytest.raises(errors.OutcomeUnknown, match="fewer rows.*do not repeat"):
+            store.job_enqueue_many([JobSpec("t", [1]), JobSpec("t", [2])])
+        assert count_jobs(store_url) == 1
+    finally:
+        store.close()

@@ -164,9 +164,8 @@ def test_jobs_behind_a_thread_that_cannot_be_made_run_when_one_is_free(
     _NoThreads(monkeypatch, allowed=1)
     with runner._lock:  # both queued before the first thread looks
         runner._jobs.extend([blocker, quick])
-        called = runner._call()
-    assert called is True
-    runner._wake(called)
+        assert runner._call()  # a thread must be made
+    runner._spawn()
     assert running.acquire(timeout=10)  # the blocker runs; calling the next thread failed
     time.sleep(0.1)
     assert runner._called == 0 and list(runner._jobs) == [quick]

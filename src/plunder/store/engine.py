@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from plunder import errors, payload, policy
 from plunder.model import (
@@ -96,6 +96,15 @@ class Tx(Protocol):
     def script(self, sql: str) -> None:
         """Execute one DDL statement."""
         ...
+
+
+def insert_mismatch(tx: Tx, what: str) -> NoReturn:
+    """The rows an insert returned do not match its inputs (a trigger of the user's on
+    plunder_jobs, say). In a transaction nothing is stored; a statement that committed on
+    its own has stored them, and running it again would store them twice."""
+    if tx.statement_commits:
+        raise errors.OutcomeUnknown(f"{what}; the insert committed, so do not repeat it")
+    raise errors.StoreError(what)
 
 
 class _EffectsFailed(Exception):

@@ -144,12 +144,18 @@ def _spoken_to(conn: psycopg.Connection[Any]) -> bool:
     would then fail, and for an enqueue nobody could tell whether before or after it
     committed. In a transaction BEGIN fails first instead, surely before anything was
     written, and the store retries on a fresh connection. (Anything else the server says
-    unasked, a changed setting say, only costs this call the two round trips.)"""
+    unasked, a changed setting say, only costs this call the two round trips.) poll, not
+    select: a process with many files open has descriptors past select's limit."""
     try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except (OSError, ValueError):  # closed already
+        descriptor = conn.fileno()
+    except psycopg.Error:  # lost already
         return True
-    return bool(readable)
+    if not hasattr(select, "poll"):  # Windows
+        readable, _, _ = select.select([descriptor], [], [], 0)
+        return bool(readable)
+    poller = select.poll()
+    poller.register(descriptor, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class _Tx:
@@ -676,11 +682,13 @@ class PostgresStore(SQLStore):
 
     def _commit_lost(self, exc: BaseException | None) -> bool:
         # A lost connection (no SQLSTATE, or class 08), or a server that ended the backend
-        # (57P01-57P03: it may have committed just before): the answer never came.
+        # (57P01-57P03: it may have committed just before): the answer never came. Not
+        # 57P05, idle_session_timeout: the server ends only a session that was idle, so the
+        # statement in flight never ran.
         if not isinstance(exc, psycopg.OperationalError):
             return False
         state = exc.sqlstate
-        return state is None or state.startswith(("08", "57P"))
+        return state is None or (state.startswith(("08", "57P")) and state != "57P05")
 
     def _claim_rows(
         self,

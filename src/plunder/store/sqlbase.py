@@ -45,6 +45,7 @@ from plunder.store.engine import (
     Row,
     Tx,
     _EffectsFailed,
+    insert_mismatch,
 )
 from plunder.store.maintenance import Maintenance
 from plunder.store.reads import Reads
@@ -118,10 +119,7 @@ class SQLStore(Maintenance, Reads):
                 for i in range(len(rows))
             ]
 
-        # a keyed job inserts at most once however often the transaction runs; jobs without
-        # keys that share their options are one insert statement, which may then commit on
-        # its own (no BEGIN and COMMIT round trips: a single enqueue's whole cost on
-        # PostgreSQL is one round trip)
+        # a keyed job inserts once however often this runs; one without keys may commit alone
         keyed = [bool(row["key"]) for row in rows]
         single = not (self.numbers_jobs or any(keyed)) and len(batch.runs) == 1
         return self._run(op, conn=conn, repeatable=all(keyed), single=single)
@@ -227,10 +225,12 @@ class SQLStore(Maintenance, Reads):
         for i in todo:
             key = rows[i]["key"]
             if key is None or (key in new_keys and key not in taken):
+                if position == len(by_id):
+                    insert_mismatch(tx, "enqueue returned fewer rows than it inserted")
                 row = by_id[position]
                 position += 1
                 if row[i_key] != key or row[i_task] != settings[i]["task"]:
-                    raise errors.StoreError("enqueue returned rows out of input order")
+                    insert_mismatch(tx, "enqueue returned rows out of input order")
                 fresh[i] = row
                 if key is not None:
                     taken.add(key)

@@ -412,7 +412,7 @@ def test_an_insert_that_committed_on_its_own_but_returned_too_few_rows_says_so(
             "FOR EACH ROW EXECUTE FUNCTION skip_two()"
         )
     try:
-        with pytest.raises(errors.OutcomeUnknown, match="fewer rows.*do not repeat"):
+        with pytest.raises(errors.OutcomeUnknown, match=r"fewer rows.*do not repeat"):
             store.job_enqueue_many([JobSpec("t", [1]), JobSpec("t", [2])])
         assert count_jobs(store_url) == 1
     finally:

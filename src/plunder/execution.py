@@ -34,7 +34,7 @@ from plunder.context import LOG_FORMAT, Context, JobIdentity
 from plunder.model import ErrorInfo, JobRecord
 from plunder.task import Task
 
-log = logging.getLogger("plunder.worker")
+log = logging.getLogger("plunder.execution")
 
 
 @dataclass(slots=True)

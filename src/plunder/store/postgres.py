@@ -150,9 +150,6 @@ def _spoken_to(conn: psycopg.Connection[Any]) -> bool:
         descriptor = conn.fileno()
     except psycopg.Error:  # lost already
         return True
-    if not hasattr(select, "poll"):  # Windows
-        readable, _, _ = select.select([descriptor], [], [], 0)
-        return bool(readable)
     poller = select.poll()
     poller.register(descriptor, select.POLLIN)
     return bool(poller.poll(0))

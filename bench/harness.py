@@ -80,6 +80,7 @@ class System:
     scenarios: dict[str, list[str]]
     settings: str
     once: frozenset[str] = frozenset()  # measured in the first run only (see its note)
+    extra: tuple[tuple[str, Any], ...] = ()  # added to each run's Params.extra
 
 
 SYSTEMS = {
@@ -92,6 +93,15 @@ SYSTEMS = {
             PG_SCENARIOS,
             "production defaults (fencing, run history, wake-ups, session expiry 5 s, "
             "janitor 1 s); worker `-c 100` (claim batch = free slots)",
+        ),
+        System(
+            "plunder_pg_serial",
+            "pg",
+            False,
+            {k: v for k, v in PG_SCENARIOS.items() if k in ("2", "3")},
+            "as plunder_pg, with `--serial-acks`: each turn acknowledges and claims in one "
+            "transaction on one connection (2 connections per worker instead of 3)",
+            extra=(("worker_args", ["--serial-acks"]),),
         ),
         System(
             "raw_pg",
@@ -540,6 +550,7 @@ def run(options: Options) -> dict[str, Any]:
                     continue
                 url = databases.fresh(system, measurement)
                 params = params_for(options, measurement, url, folder)
+                params.extra.update(system.extra)
                 started = time.monotonic()
                 result = run_one(system, measurement, params, log)
                 databases.drop(url)

@@ -95,6 +95,7 @@ def _workers(p: Params, count: int, app_spec: str = "bench.tasks:app", concurren
         app_spec,
         "-c",
         str(concurrency or CONCURRENCY),
+        *p.extra.get("worker_args", []),
     ]
     log = Path(p.workdir) / "worker.log"
     return [spawn(argv, env=env, log=log) for _ in range(count)]

@@ -4,6 +4,9 @@
  main thread   ── claim (free slots, one batch) ─▶ start ─▶ outcomes ─▶ acknowledge (batch) ─┐
                  ▲                                                                            │
                  └──────────────── wait for an outcome or the poll interval ◀─────────────────┘
+ acker         ── PostgreSQL: writes the acknowledgements on a connection of its own while
+                  the main thread claims the next jobs (plunder.acker); SQLite: the main
+                  thread acknowledges and claims in one transaction
  heartbeat     ── every heartbeat_interval, own store and connection: extend the session,
                   learn which claims to stop (cancelled, timed out, superseded) and
                   whether the session is gone
@@ -20,7 +23,6 @@ would refuse them anyway), and a new session is opened.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import queue
@@ -28,12 +30,13 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 from plunder import errors, payload, policy
+from plunder.acker import ACK_BATCH, Acker
 from plunder.app import App
 from plunder.context import Context
 from plunder.execution import AsyncRunner, Handle, Outcome, ProcessRunner, ThreadRunner
@@ -55,10 +58,10 @@ from plunder.store import Store, open_store
 
 log = logging.getLogger("plunder.worker")
 STREAM_INTERVAL = 0.05
-ACK_BATCH = 200
 ACK_LINGER = 0.002  # seconds a turn may wait for more results to send with it
 RECONNECT_CAP = 5.0
 MIN_WAIT = 0.05  # a due job we could not claim (locked, or left to other workers): look again
+BACKLOG = 4 * ACK_BATCH  # results handed to the acker and not yet written: claim no more
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,9 @@ class WorkerOptions:
     janitor: bool = True
     grace: float = 30.0
     pool: str | None = None  # "process" runs every plain-function task in a process
+    # PostgreSQL: results are written on a connection of their own while the next jobs are
+    # claimed (see plunder.acker); False: in the claim's transaction, one connection less
+    parallel_acks: bool = True
 
 
 class Worker:
@@ -91,9 +97,12 @@ class Worker:
         self.name = self.options.name or f"{socket.gethostname()}:{os.getpid()}"
         self._app_name = f"plunder:worker:{self.name}"[:60]
         with contextlib.suppress(errors.ConfigError):  # already open: keep what it has
-            # the connection budget: one for work, one for the hub (+1 janitor, see there)
+            # the connection budget: one for claims, one for acknowledgements (see
+            # plunder.acker), one for the hub (+1 janitor, see there)
             app.set_store_options(
-                pool_size=1, application_name=self._app_name, **self._deadline_options
+                pool_size=2 if self.options.parallel_acks else 1,
+                application_name=self._app_name,
+                **self._deadline_options,
             )
         self.queues = list(self.options.queues or app.registry.queues())
         self.tasks = app.registry.names()
@@ -111,6 +120,12 @@ class Worker:
         self._lock = threading.Lock()
         self._completions: list[Completion] = []
         self._failures: list[Failure] = []
+        self._acker = Acker(
+            self.store,
+            threaded=self.options.parallel_acks and self.store.parallel_writes,
+            stopped=lambda: self._session_lost.is_set() or self._halt.is_set(),
+            counted=self._count,
+        )
         self._unknown: set[Claim] = set()  # the heartbeat's report, for the main loop
         self._stop = threading.Event()  # stop claiming, drain, exit
         self._halt = threading.Event()  # second signal: exit at once
@@ -314,6 +329,13 @@ class Worker:
 
     def _turn(self, free: int) -> int:
         """Acknowledge what finished and claim up to ``free`` jobs in one transaction."""
+        if self._acker.threaded:
+            self._acker.send(self._completions, self._failures)
+            self._completions.clear()
+            self._failures.clear()
+            if self._acker.backlog() > BACKLOG:  # the database writes slower than we run
+                self._acker.flush(timeout=self.settings.poll_interval)
+            return self._claim(free) if free > 0 else 0
         done = self._completions[:ACK_BATCH]
         failed = self._failures[:ACK_BATCH]
         if not done and not failed:
@@ -486,46 +508,11 @@ class Worker:
             log.error("job %d: could not store its result: %s", handle.job.id, exc)
 
     def _acknowledge(self) -> None:
-        while self._completions:
-            done = self._completions[:ACK_BATCH]
-            del self._completions[:ACK_BATCH]
-            self._send(functools.partial(self.store.job_complete_many, done), "succeeded", done)
-        while self._failures:
-            failed = self._failures[:ACK_BATCH]
-            del self._failures[:ACK_BATCH]
-            self._send(functools.partial(self.store.job_fail_many, failed), "failed", failed)
-
-    def _send(
-        self,
-        call: Callable[[], AckResult],
-        kind: str,
-        batch: Sequence[Completion | Failure],
-    ) -> None:
-        """Send one batch. A busy or unreachable database is retried (bounded by the
-        session: once it is lost, the results would be refused anyway); any other store
-        error is not going to pass on a retry, so completions become failures that say
-        why, and failures that cannot be written stay running under the session until the
-        heartbeat finds no task holding them and they are given back."""
-        backoff = 0.05
-        while True:
-            try:
-                ack = call()
-                break
-            except (errors.StoreBusy, errors.StoreUnavailable, errors.StoreFull) as exc:
-                if self._session_lost.is_set() or self._halt.is_set():
-                    return  # the store will refuse them anyway
-                log.warning("acknowledgement failed (%s); retrying in %.2fs", exc, backoff)
-                time.sleep(backoff)
-                backoff = min(backoff * 2, RECONNECT_CAP)
-            except errors.PlunderError as exc:
-                log.error("could not write %d %s results: %s", len(batch), kind, exc)
-                if kind == "succeeded":
-                    info = ErrorInfo.from_exception(exc)
-                    self._failures += [
-                        Failure(item.claim, info, retry_delay=0.0, logs=item.logs) for item in batch
-                    ]
-                return
-        self._count(ack, kind)
+        """Send every result now and wait until they are written or given up."""
+        self._acker.send(self._completions, self._failures)
+        self._completions.clear()
+        self._failures.clear()
+        self._acker.flush()
 
     def _count(self, ack: AckResult, kind: str) -> None:
         self.stats[kind] += len(ack.accepted)
@@ -645,6 +632,7 @@ class Worker:
             return
         held.update(c.claim.job_id for c in self._completions)
         held.update(f.claim.job_id for f in self._failures)
+        held.update(self._acker.held())
         orphans = [c for c in unknown if c.job_id not in held and c.session_id == self.session.id]
         if not orphans:
             return
@@ -710,7 +698,7 @@ class Worker:
         self._deadlines.clear()
         for handle in handles:
             self._stop_job(handle, "the worker's session was lost")
-        dropped = len(self._completions) + len(self._failures)
+        dropped = len(self._completions) + len(self._failures) + self._acker.drop()
         self._completions.clear()
         self._failures.clear()
         log.error(
@@ -782,6 +770,9 @@ class Worker:
             return
         for thread in self._services:
             thread.join(timeout=5)
+        # results on their way are written before the session closes: closing releases
+        # the session's running jobs, and those would run again
+        self._acker.close(timeout=self.options.grace)
         if self.session is not None:
             try:
                 released = self.store.session_close(self.session.id)

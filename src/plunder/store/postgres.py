@@ -409,6 +409,7 @@ class PgNotifications:
 class PostgresStore(SQLStore):
     dialect = "postgres"
     notifies = True
+    parallel_writes = True
     insert_runs = 1  # each statement is a round trip: a batch is one whatever it mixes
 
     def __init__(

@@ -56,6 +56,7 @@ class Acker:
         self._completions: list[Completion] = []
         self._failures: list[Failure] = []
         self._in_flight: set[int] = set()  # job ids of the batch being written
+        self._dropped = 0  # how many times drop() was called: a batch taken before gives up
         self._closing = False
         self._thread: threading.Thread | None = None
 
@@ -77,7 +78,7 @@ class Acker:
     def backlog(self) -> int:
         """Results handed over and not yet written."""
         with self._cond:
-            return len(self._completions) + len(self._failures) + len(self._in_flight)
+            return self._count()
 
     def held(self) -> set[int]:
         """The jobs whose results are handed over and not yet written or given up."""
@@ -87,30 +88,38 @@ class Acker:
             held.update(f.claim.job_id for f in self._failures)
             return held
 
-    def flush(self, timeout: float | None = None) -> bool:
-        """Wait until everything handed over is written or given up; False on timeout."""
+    def flush(self, timeout: float | None = None, *, below: int = 1) -> bool:
+        """Wait until fewer than ``below`` results (by default none) are handed over and
+        not yet written or given up; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(self._idle, timeout)
+            return self._cond.wait_for(lambda: self._count() < below, timeout)
 
     def drop(self) -> int:
-        """The session is lost: forget the results not yet on their way (the store would
-        refuse them); return how many."""
+        """The session is lost: forget the results not yet written (the store would refuse
+        them), and stop retrying the batch on its way; return how many."""
         with self._cond:
-            dropped = len(self._completions) + len(self._failures)
+            dropped = self._count()
             self._completions.clear()
             self._failures.clear()
+            self._dropped += 1
             return dropped
 
-    def close(self, timeout: float | None = None) -> None:
-        """Write what is left (within ``timeout``) and stop the thread."""
+    def close(self, timeout: float | None = None) -> bool:
+        """Write what is left and stop the thread; False when ``timeout`` passed first (a
+        database out of reach), with results still unwritten."""
         with self._cond:
             self._closing = True
             self._cond.notify_all()
             thread = self._thread
         if thread is not None:
             thread.join(timeout)
+        with self._cond:
+            return self._idle()
 
     # -- the thread -----------------------------------------------------------------------
+    def _count(self) -> int:
+        return len(self._completions) + len(self._failures) + len(self._in_flight)
+
     def _idle(self) -> bool:
         return not (self._completions or self._failures or self._in_flight)
 
@@ -132,26 +141,34 @@ class Acker:
                 log.exception("acknowledging a batch failed")  # no task hold them
 
     def _write_next(self) -> bool:
-        """Write the next batch (completions first); False when there was none."""
+        """Write the next batch of each kind, so that neither waits behind a stream of the
+        other; False when there was none."""
         with self._cond:
             done = self._completions[:ACK_BATCH]
             del self._completions[:ACK_BATCH]
-            failed = [] if done else self._failures[:ACK_BATCH]
-            del self._failures[: len(failed)]
-            batch: Sequence[Completion | Failure] = done or failed
-            self._in_flight = {item.claim.job_id for item in batch}
+            failed = self._failures[:ACK_BATCH]
+            del self._failures[:ACK_BATCH]
+            self._in_flight = {c.claim.job_id for c in done} | {f.claim.job_id for f in failed}
+            generation = self._dropped
         try:
             if done:
-                self._write(self._store.job_complete_many, done, "succeeded")
-            elif failed:
-                self._write(self._store.job_fail_many, failed, "failed")
+                self._write(self._store.job_complete_many, done, "succeeded", generation)
+            if failed and not self._given_up(generation):
+                self._write(self._store.job_fail_many, failed, "failed", generation)
         finally:
             with self._cond:
                 self._in_flight = set()
                 self._cond.notify_all()
-        return bool(batch)
+        return bool(done or failed)
 
-    def _write(self, call: Callable[[Any], AckResult], batch: Sequence[Any], kind: str) -> None:
+    def _given_up(self, generation: int) -> bool:
+        """The session of a batch taken at ``generation`` is gone (see ``drop``), or the
+        worker halts: the store would refuse the batch anyway."""
+        return self._stopped() or self._dropped != generation
+
+    def _write(
+        self, call: Callable[[Any], AckResult], batch: Sequence[Any], kind: str, generation: int
+    ) -> None:
         """Write one batch. A busy or unreachable database is retried (bounded by the
         session: once it is lost, the results would be refused anyway); any other store
         error is not going to pass on a retry, so completions become failures that say
@@ -163,7 +180,7 @@ class Acker:
                 ack = call(batch)
                 break
             except (errors.StoreBusy, errors.StoreUnavailable, errors.StoreFull) as exc:
-                if self._stopped():
+                if self._given_up(generation):
                     return  # the store will refuse them anyway
                 log.warning("acknowledgement failed (%s); retrying in %.2fs", exc, backoff)
                 time.sleep(backoff)

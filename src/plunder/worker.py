@@ -325,6 +325,8 @@ class Worker:
             # that did not fail it yet; a wake-up or the poll interval brings us back
         if self._deadlines:
             wait = min(wait, max(0.0, min(self._deadlines.values()) - time.monotonic()))
+        if self._acker.threaded and self._acker.backlog() >= BACKLOG:
+            wait = min(wait, MIN_WAIT)  # claims wait for the acknowledgements: look again soon
         return wait
 
     def _turn(self, free: int) -> int:
@@ -333,9 +335,12 @@ class Worker:
             self._acker.send(self._completions, self._failures)
             self._completions.clear()
             self._failures.clear()
-            if self._acker.backlog() > BACKLOG:  # the database writes slower than we run
-                self._acker.flush(timeout=self.settings.poll_interval)
-            return self._claim(free) if free > 0 else 0
+            # the database writes results slower than the tasks make them: claim nothing
+            # until it catches up (finished jobs stay running in the database meanwhile,
+            # their deadlines passing, and a lost session would discard every one of them)
+            if free <= 0 or self._acker.backlog() >= BACKLOG:
+                return 0
+            return self._claim(free)
         done = self._completions[:ACK_BATCH]
         failed = self._failures[:ACK_BATCH]
         if not done and not failed:
@@ -771,8 +776,16 @@ class Worker:
         for thread in self._services:
             thread.join(timeout=5)
         # results on their way are written before the session closes: closing releases
-        # the session's running jobs, and those would run again
-        self._acker.close(timeout=self.options.grace)
+        # the session's running jobs, and those would run again. Results still unwritten
+        # (a database out of reach) leave the session to expire instead.
+        if not self._acker.close(timeout=self.options.grace):
+            log.warning(
+                "results still unwritten after %.0fs; session %s will expire and the "
+                "janitor will judge its jobs",
+                self.options.grace,
+                self.session.id if self.session else "?",
+            )
+            return
         if self.session is not None:
             try:
                 released = self.store.session_close(self.session.id)

@@ -6,6 +6,7 @@ A worker whose acknowledgements are held up does not give their jobs back as aba
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from plunder.acker import Acker
 from plunder.model import AckResult, Completion, ErrorInfo, Failure, JobSpec
 from plunder.states import Outcome, Status
 from plunder.store import Store
+from plunder.worker import BACKLOG
 from tests.store.helpers import claim, open_session
 from tests.worker import tasks
 from tests.worker.conftest import wait_for, worker_in_thread
@@ -97,8 +99,9 @@ def test_results_are_written_in_batches_and_counted(
     statuses = {store.job_get(c.claim.job_id).status for c in done}
     assert statuses == {Status.SUCCEEDED}
     assert {store.job_get(f.claim.job_id).status for f in failed} == {Status.FAILED}
-    # 225 completions and 225 failures, at most ACK_BATCH (200) to a transaction
-    assert counted.kinds == [("succeeded", 200, 0), ("succeeded", 25, 0), ("failed", 200, 0),
+    # 225 completions and 225 failures, at most ACK_BATCH (200) to a transaction, a batch
+    # of each kind in turn
+    assert counted.kinds == [("succeeded", 200, 0), ("failed", 200, 0), ("succeeded", 25, 0),
                              ("failed", 25, 0)]  # fmt: skip
     sender.close(timeout=10)
 
@@ -153,6 +156,49 @@ def test_completions_refused_for_good_become_failures_that_say_why(
     )
 
 
+def test_failures_do_not_wait_behind_a_stream_of_completions(
+    store: Store, stop: threading.Event
+) -> None:
+    """A failure handed over behind many completions goes out with their first batch, not
+    after all of them (it would stay running meanwhile, its retry late)."""
+    counted = Counted()
+    sender = acker(store, True, stop, counted)
+    done, failed = results(store, 902)
+    sender.send(done, failed[:1])
+    assert sender.flush(timeout=30)
+    assert counted.kinds[:2] == [("succeeded", 200, 0), ("failed", 1, 0)]
+    sender.close(timeout=10)
+
+
+def test_a_batch_retried_while_the_database_is_busy_is_given_up_when_dropped(
+    store: Store, stop: threading.Event
+) -> None:
+    """The session is lost and a new one opened: the old session's batch, retried while
+    the database stays busy, is given up rather than holding up the new session's."""
+    gated = Gated(store, fault=errors.StoreBusy("deadlock detected"), faults=1000)
+    sender = acker(gated, True, stop, Counted())
+    done, _ = results(store, 4)
+    sender.send(done, [])
+    wait_for(lambda: gated.calls >= 2, what="a retry")
+    assert sender.drop() == 2  # the batch on its way is counted: it will be refused
+    assert sender.flush(timeout=10)
+    assert sender.close(timeout=10)
+
+
+def test_close_says_when_results_are_left_unwritten(store: Store, stop: threading.Event) -> None:
+    """A database out of reach at shutdown: close gives up after its timeout and says so
+    (the worker then leaves its session to expire instead of closing it, which would give
+    back jobs whose results are still on their way)."""
+    gated = Gated(store, fault=errors.StoreUnavailable("connection refused"), faults=1000)
+    sender = acker(gated, True, stop, Counted())
+    done, _ = results(store, 2)
+    sender.send(done, [])
+    assert not sender.close(timeout=0.3)
+    assert sender.held() == {done[0].claim.job_id}
+    stop.set()  # the worker halts: the acker gives up at its next retry
+    assert sender.flush(timeout=10)
+
+
 def test_a_lost_session_gives_up_what_is_on_its_way(store: Store, stop: threading.Event) -> None:
     gated = Gated(store, fault=errors.StoreUnavailable("connection refused"), faults=1000)
     gated.gate.clear()
@@ -160,7 +206,7 @@ def test_a_lost_session_gives_up_what_is_on_its_way(store: Store, stop: threadin
     done, failed = results(store, 4)
     sender.send(done, failed)
     assert gated.waiting.wait(10)
-    assert sender.drop() == 2  # the failures, behind the completions in flight
+    assert sender.drop() == 4  # two on their way (refused, when they arrive), two not yet
     stop.set()  # the session is lost: the store would refuse them
     gated.gate.set()
     assert sender.flush(timeout=10)
@@ -188,3 +234,27 @@ def test_a_worker_keeps_jobs_whose_results_are_on_their_way(store_url: str) -> N
         assert worker.stats["sessions"] == 1
         assert [r.outcome for r in job.runs] == [Outcome.SUCCEEDED]
         assert job.refresh().attempt == 1
+
+
+def test_claims_wait_while_acknowledgements_fall_behind(store_url: str) -> None:
+    """Results written slower than tasks finish: the worker stops claiming until the
+    database catches up, so the finished jobs still running in the database stay bounded."""
+    if not store_url.startswith("postgresql"):
+        pytest.skip("SQLite acknowledges and claims in one transaction, on the main thread")
+
+    class Slow(Gated):
+        def _call(self, write: Callable[..., AckResult], batch: Any, **kw: Any) -> AckResult:
+            threading.Event().wait(0.2)
+            return write(batch, **kw)
+
+    with worker_in_thread(store_url, concurrency=50) as worker:
+        worker._acker._store = Slow(worker.store)  # type: ignore[assignment]
+        tasks.add.enqueue_many([(i, 0) for i in range(4000)])
+        peak, deadline = 0, time.monotonic() + 4
+        while time.monotonic() < deadline:
+            peak = max(peak, worker._acker.backlog())
+            threading.Event().wait(0.02)
+        worker._acker._store = worker.store  # type: ignore[assignment]
+        wait_for(lambda: worker.stats["succeeded"] == 4000, timeout=60)
+    # a claim takes at most the free slots (50) once the backlog is under the bound
+    assert BACKLOG <= peak <= BACKLOG + 2 * 50, peak

@@ -12,7 +12,8 @@ import re
 from plunder.store import queries
 
 # the WHERE clause of the statement that completes the job (PostgreSQL: up to its
-# RETURNING; SQLite: to the end of the statement)
+# RETURNING; SQLite: to the end of the statement), in job_complete and in
+# job_complete_notify, which includes it
 FENCE = {
     "postgres": (
         r"^(\s*)WHERE j\.id = u\.job_id\b.*?(?=^\s*RETURNING)",
@@ -25,9 +26,10 @@ FENCE = {
 def break_fencing() -> None:
     for dialect, (fence, unfenced) in FENCE.items():
         named = queries.load(dialect)  # cached: every later user sees the patched text
-        patched = re.sub(fence, unfenced, named["job_complete"], count=1, flags=re.S | re.M)
-        assert patched != named["job_complete"], f"no fence found in {dialect} job_complete"
-        named["job_complete"] = patched
+        for name in ("job_complete", "job_complete_notify"):  # the second includes the first
+            patched = re.sub(fence, unfenced, named[name], count=1, flags=re.S | re.M)
+            assert patched != named[name], f"no fence found in {dialect} {name}"
+            named[name] = patched
 
 
 if __name__ == "__main__":

@@ -2,13 +2,11 @@
 claims and fenced acknowledgements. (Leases and sweeps are in ``maintenance.py``, reads in
 ``reads.py``, the transaction runner and schema in ``engine.py``.)
 
-A worker's turn, in one transaction::
-
-    job_complete (count) ─▶ job_fail ─▶ run_close ─▶ job_claim_many
-    └─ every write names (job id, attempt, session id); refused claims are reported stale
-
-A run that succeeds is kept on its job row, written by job_complete; the run history table
-gets a row only for a run that ends otherwise, written once, as it ends (run_close).
+A worker's turn, in one transaction (or its acknowledgements beside its claim, see
+plunder.acker): job_complete ─▶ job_fail ─▶ run_close ─▶ job_claim_many. Every write names
+(job id, attempt, session id); refused claims are reported stale. A run that succeeds is
+kept on its job row, written by job_complete; the run history table gets a row only for a
+run that ends otherwise, written once, as it ends (run_close).
 """
 
 from __future__ import annotations
@@ -600,7 +598,10 @@ class SQLStore(Maintenance, Reads):
         stale: list[Claim] = []
         failed: list[tuple[Claim, BaseException]] = []
         if plain:
-            ok, refused = self._run(lambda tx: self._complete(tx, plain, now), conn=conn)
+            # one statement (more only for refused claims); a retry is safe (_succeeded)
+            ok, refused = self._run(
+                lambda tx: self._complete(tx, plain, now), conn=conn, single=True
+            )
             accepted += ok
             stale += refused
         for item in [(c, text) for c, text in encoded if c.effects is not None]:
@@ -620,15 +621,11 @@ class SQLStore(Maintenance, Reads):
         return AckResult(tuple(accepted), tuple(stale), tuple(failed))
 
     def _encode_results(self, completions: Sequence[Completion]) -> list[tuple[Completion, str]]:
-        return [
-            (
-                c,
-                c.encoded
-                if c.encoded is not None
-                else payload.encode(c.result, what=f"result of job {c.claim.job_id}"),
-            )
-            for c in completions
-        ]
+        def text(c: Completion) -> str:
+            what = f"result of job {c.claim.job_id}"
+            return c.encoded if c.encoded is not None else payload.encode(c.result, what=what)
+
+        return [(c, text(c)) for c in completions]
 
     def _complete(
         self, tx: Tx, items: list[tuple[Completion, str]], now: Now
@@ -644,13 +641,14 @@ class SQLStore(Maintenance, Reads):
             }
             for c, text in items
         ]
-        # completes the jobs; the run that succeeded is kept on each (see job_complete)
-        changed = tx.batch_count("job_complete", rows, now=clock)
+        # completes the jobs, and tells their result waiters (those that had succeeded
+        # before were told then); the run that succeeded is kept on each (see job_complete)
+        query = "job_complete_notify" if self.notifies else "job_complete"
+        changed = tx.batch_count(query, rows, now=clock)
         if changed == len(items):
             done = {c.claim for c, _ in items}
         else:  # some were refused, repeated, or had succeeded before: look at each
             done = self._succeeded(tx, [c.claim for c, _ in items])
-        self._notify(tx, CHANNEL_DONE, [str(claim.job_id) for claim in done])
         ok = [c for c, _ in items if c.claim in done]
         # Effects run only where this statement did the update (a completion with effects
         # has a transaction of its own): a retried acknowledgement of one that already

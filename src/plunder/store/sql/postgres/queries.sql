@@ -353,6 +353,22 @@ WHERE j.id = u.job_id AND j.attempt = u.attempt
   AND (SELECT s.expires_at FROM plunder_sessions AS s WHERE s.id = u.session_id) > clock.now
 RETURNING j.id;
 
+-- name: job_complete_notify
+-- job_complete, which also tells the result waiters of the jobs it completed when the
+-- transaction commits ('plunder_done', at most 300 ids to a notification, under the
+-- 8000-byte limit): no separate notify, so an acknowledgement on its own is one statement,
+-- committed in one round trip. The store uses it only where the database delivers
+-- notifications (Store.notifies).
+WITH done AS (
+/* include: job_complete */
+),
+told AS (
+    SELECT pg_notify('plunder_done', string_agg(id::text, ','))
+    FROM (SELECT id, (row_number() OVER ()) / 300 AS chunk FROM done) AS c
+    GROUP BY chunk
+)
+SELECT done.id FROM done WHERE (SELECT count(*) FROM told) >= 0;
+
 -- name: job_result_set
 -- The result of a job whose own transaction acknowledged it (Context.transaction), fenced
 -- by the claim that did.

@@ -243,6 +243,10 @@ WHERE plunder_jobs.id = b.column1 AND +plunder_jobs.attempt = b.column2
   AND +plunder_jobs.session_id = b.column3 AND +plunder_jobs.status = 'running'
   AND EXISTS (SELECT 1 FROM plunder_sessions AS s WHERE s.id = b.column3 AND s.expires_at > :now);
 
+-- name: job_complete_notify
+-- As job_insert_notify: job_complete as it is, never sent.
+/* include: job_complete */;
+
 -- name: job_result_set
 -- The result of a job whose own transaction acknowledged it (Context.transaction), fenced
 -- by the claim that did.

@@ -1,0 +1,66 @@
+"""What result waiters are told on PostgreSQL: every job an acknowledgement completes is
+named once on ``plunder_done`` when it commits, in notifications under the 8000-byte
+limit, whether the acknowledgement is a statement on its own or part of a worker's turn;
+a retried acknowledgement tells nobody again."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from plunder.model import Completion, JobSpec
+from plunder.store import Store
+from plunder.store.base import Notifications
+from tests.store.helpers import claim, enqueue, open_session
+
+
+@pytest.fixture
+def notes(store: Store) -> Iterator[Notifications]:
+    if not store.notifies:
+        pytest.skip("SQLite has no NOTIFY: waiters watch data_version")
+    listener = store.notifications(listen=True, application_name="test:listen")
+    listener.wait(0.2)  # connects, listens, answers its own probe
+    yield listener
+    listener.close()
+
+
+def told(notes: Notifications, count: int, timeout: float = 10.0) -> list[str]:
+    """The payloads on plunder_done until ``count`` ids were named (or the timeout)."""
+    payloads: list[str] = []
+    deadline = time.monotonic() + timeout
+    while sum(len(p.split(",")) for p in payloads) < count and time.monotonic() < deadline:
+        payloads += [p for channel, p in notes.wait(0.2) if channel == "plunder_done"]
+    return payloads
+
+
+def test_an_acknowledgement_names_each_job_it_completed_once(
+    store: Store, notes: Notifications
+) -> None:
+    enqueue(store, *[JobSpec("t", [i]) for i in range(700)])
+    jobs = claim(store, open_session(store), limit=700)
+    done = [Completion(job.claim, job.args[0]) for job in jobs]
+    assert len(store.job_complete_many(done).accepted) == 700
+    payloads = told(notes, 700)
+    assert all(len(p.encode()) < 8000 for p in payloads)
+    assert sorted(int(i) for p in payloads for i in p.split(",")) == [j.id for j in jobs]
+    # a retry after an ambiguous commit is accepted again, and nobody is told twice
+    assert len(store.job_complete_many(done).accepted) == 700
+    assert told(notes, 1, timeout=0.5) == []
+
+
+def test_a_turn_names_the_jobs_it_completed(store: Store, notes: Notifications) -> None:
+    enqueue(store, *[JobSpec("t", [i]) for i in range(4)])
+    session = open_session(store)
+    first = claim(store, session, limit=2)
+    turn = store.job_exchange_many(
+        [Completion(job.claim, None) for job in first],
+        [],
+        session_id=session.id,
+        queues=["default"],
+        tasks=["t"],
+        limit=2,
+    )
+    assert len(turn.completed.accepted) == 2 and len(turn.claimed) == 2
+    assert sorted(int(i) for p in told(notes, 2) for i in p.split(",")) == [j.id for j in first]

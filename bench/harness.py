@@ -95,13 +95,13 @@ SYSTEMS = {
             "janitor 1 s); worker `-c 100` (claim batch = free slots)",
         ),
         System(
-            "plunder_pg_serial",
+            "plunder_pg_parallel",
             "pg",
             False,
             {k: v for k, v in PG_SCENARIOS.items() if k in ("2", "3")},
-            "as plunder_pg, with `--serial-acks`: each turn acknowledges and claims in one "
-            "transaction on one connection (2 connections per worker instead of 3)",
-            extra=(("worker_args", ["--serial-acks"]),),
+            "as plunder_pg, with `--parallel-acks`: acknowledgements on a connection of "
+            "their own while the next jobs are claimed (3 connections per worker instead of 2)",
+            extra=(("worker_args", ["--parallel-acks"]),),
         ),
         System(
             "raw_pg",

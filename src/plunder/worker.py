@@ -4,9 +4,10 @@
  main thread   ── claim (free slots, one batch) ─▶ start ─▶ outcomes ─▶ acknowledge (batch) ─┐
                  ▲                                                                            │
                  └──────────────── wait for an outcome or the poll interval ◀─────────────────┘
- acker         ── PostgreSQL: writes the acknowledgements on a connection of its own while
-                  the main thread claims the next jobs (plunder.acker); SQLite: the main
-                  thread acknowledges and claims in one transaction
+ acker         ── with parallel acks (PostgreSQL), writes the acknowledgements on a
+                  connection of its own while the main thread claims the next jobs
+                  (plunder.acker); by default the main thread acknowledges and claims in
+                  one transaction
  heartbeat     ── every heartbeat_interval, own store and connection: extend the session,
                   learn which claims to stop (cancelled, timed out, superseded) and
                   whether the session is gone
@@ -81,8 +82,8 @@ class WorkerOptions:
     grace: float = 30.0
     pool: str | None = None  # "process" runs every plain-function task in a process
     # PostgreSQL: results are written on a connection of their own while the next jobs are
-    # claimed (see plunder.acker); False: in the claim's transaction, one connection less
-    parallel_acks: bool = True
+    # claimed (see plunder.acker); by default, in the claim's transaction, one connection less
+    parallel_acks: bool = False
 
 
 class Worker:
@@ -97,8 +98,8 @@ class Worker:
         self.name = self.options.name or f"{socket.gethostname()}:{os.getpid()}"
         self._app_name = f"plunder:worker:{self.name}"[:60]
         with contextlib.suppress(errors.ConfigError):  # already open: keep what it has
-            # the connection budget: one for claims, one for acknowledgements (see
-            # plunder.acker), one for the hub (+1 janitor, see there)
+            # the connection budget: one for work (+1 for acknowledgements with parallel
+            # acks, see plunder.acker), one for the hub (+1 janitor, see there)
             app.set_store_options(
                 pool_size=2 if self.options.parallel_acks else 1,
                 application_name=self._app_name,

@@ -101,7 +101,9 @@ def session_of(store: Store, pid: int) -> str | None:
 
 
 @contextmanager
-def worker_in_thread(url: str, concurrency: int = 4) -> Iterator[Worker]:
+def worker_in_thread(
+    url: str, concurrency: int = 4, *, parallel_acks: bool = False
+) -> Iterator[Worker]:
     """A worker for tests.worker.tasks on a thread of this process, with fast intervals."""
     from tests.worker import tasks
 
@@ -112,7 +114,7 @@ def worker_in_thread(url: str, concurrency: int = 4) -> Iterator[Worker]:
         poll_interval=0.05,
         janitor_interval=0.1,
     )
-    running = Worker(tasks.app, WorkerOptions(concurrency=concurrency))
+    running = Worker(tasks.app, WorkerOptions(concurrency=concurrency, parallel_acks=parallel_acks))
     thread = threading.Thread(target=running.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:

@@ -124,15 +124,23 @@ def test_results_are_held_until_written(store: Store, stop: threading.Event) -> 
     sender.close(timeout=10)
 
 
-def test_a_busy_database_is_retried_until_it_answers(
-    store: Store, threaded: bool, stop: threading.Event
-) -> None:
-    gated = Gated(store, fault=errors.StoreBusy("serialization failure"), faults=2)
-    counted = Counted()
+def completed_through(
+    store: Store, threaded: bool, stop: threading.Event, fault: Exception, faults: int
+) -> tuple[Gated, Counted, list[Completion]]:
+    """One completion sent through an acker whose first ``faults`` writes fail."""
+    gated, counted = Gated(store, fault=fault, faults=faults), Counted()
     sender = acker(gated, threaded, stop, counted)
     done, _ = results(store, 2)
     sender.send(done, [])
     assert sender.flush(timeout=30)
+    return gated, counted, done
+
+
+def test_a_busy_database_is_retried_until_it_answers(
+    store: Store, threaded: bool, stop: threading.Event
+) -> None:
+    busy = errors.StoreBusy("serialization failure")
+    gated, counted, done = completed_through(store, threaded, stop, busy, 2)
     assert gated.calls == 3
     assert counted.kinds == [("succeeded", 1, 0)]
     assert store.job_get(done[0].claim.job_id).status == Status.SUCCEEDED
@@ -141,12 +149,8 @@ def test_a_busy_database_is_retried_until_it_answers(
 def test_completions_refused_for_good_become_failures_that_say_why(
     store: Store, threaded: bool, stop: threading.Event
 ) -> None:
-    gated = Gated(store, fault=errors.StoreError("value out of range"), faults=1)
-    counted = Counted()
-    sender = acker(gated, threaded, stop, counted)
-    done, _ = results(store, 2)
-    sender.send(done, [])
-    assert sender.flush(timeout=30)
+    refused = errors.StoreError("value out of range")
+    _, counted, done = completed_through(store, threaded, stop, refused, 1)
     assert counted.kinds == [("failed", 1, 0)]
     job = store.job_get(done[0].claim.job_id)
     assert job.status == Status.FAILED  # its one attempt is spent
@@ -220,7 +224,7 @@ def test_a_worker_keeps_jobs_whose_results_are_on_their_way(store_url: str) -> N
     must not be given back to the queue (it would run twice)."""
     if not store_url.startswith("postgresql"):
         pytest.skip("SQLite acknowledges and claims in one transaction, on the main thread")
-    with worker_in_thread(store_url, concurrency=1) as worker:
+    with worker_in_thread(store_url, concurrency=1, parallel_acks=True) as worker:
         gated = Gated(worker.store)
         gated.gate.clear()
         worker._acker._store = gated  # type: ignore[assignment]
@@ -247,7 +251,7 @@ def test_claims_wait_while_acknowledgements_fall_behind(store_url: str) -> None:
             threading.Event().wait(0.2)
             return write(batch, **kw)
 
-    with worker_in_thread(store_url, concurrency=50) as worker:
+    with worker_in_thread(store_url, concurrency=50, parallel_acks=True) as worker:
         worker._acker._store = Slow(worker.store)  # type: ignore[assignment]
         tasks.add.enqueue_many([(i, 0) for i in range(4000)])
         peak, deadline = 0, time.monotonic() + 4

@@ -6,14 +6,15 @@
      └── claims the next jobs at once, on its connection, while the batch before commits
 ```
 
-On PostgreSQL the results of a turn are written on their own thread and connection, while
-the main thread claims and starts the next jobs: the database runs one worker's
-acknowledgement and claim side by side (they write different rows), and the worker's
-Python runs while the database works instead of waiting for it. Results that arrive while a
-batch is on its way go out together in the next one. On SQLite, whose writers take turns on
-the file, a second writer only adds a commit: there the worker acknowledges and claims in
-one transaction, and the acker sends what is left (at shutdown, or when that transaction
-failed) on the caller's thread.
+With parallel acks (``WorkerOptions(parallel_acks=True)``, PostgreSQL) the results of a
+turn are written on their own thread and connection, while the main thread claims and
+starts the next jobs: the database runs one worker's acknowledgement and claim side by side
+(they write different rows), and the worker's Python runs while the database works instead
+of waiting for it. Results that arrive while a batch is on its way go out together in the
+next one. By default, and always on SQLite (whose writers take turns on the file, so a
+second writer only adds a commit), the worker acknowledges and claims in one transaction,
+and the acker sends what is left (no free slot, shutdown, or a failed turn) on the
+caller's thread.
 
 Results handed over are *held* until their batch is written or given up: the worker counts
 them as its own when the heartbeat asks which running jobs have no task, so a job whose
@@ -28,13 +29,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from plunder import errors
+from plunder import errors, policy
 from plunder.model import AckResult, Completion, ErrorInfo, Failure
 from plunder.store import Store
 
 log = logging.getLogger("plunder.worker")
 ACK_BATCH = 200
-RETRY_CAP = 5.0
 
 
 class Acker:
@@ -184,7 +184,7 @@ class Acker:
                     return  # the store will refuse them anyway
                 log.warning("acknowledgement failed (%s); retrying in %.2fs", exc, backoff)
                 time.sleep(backoff)
-                backoff = min(backoff * 2, RETRY_CAP)
+                backoff = min(backoff * 2, policy.RECONNECT_CAP)
             except errors.PlunderError as exc:
                 log.error("could not write %d %s results: %s", len(batch), kind, exc)
                 if kind == "succeeded":

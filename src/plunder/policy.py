@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 BUSY_INTERVAL = 0.150
 BUSY_JITTER = 0.5
 BUSY_TOTAL = 30.0
+RECONNECT_CAP = 5.0  # the longest a worker waits between tries at an unreachable database
 
 
 def retry_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:

@@ -60,7 +60,7 @@ from plunder.store import Store, open_store
 log = logging.getLogger("plunder.worker")
 STREAM_INTERVAL = 0.05
 ACK_LINGER = 0.002  # seconds a turn may wait for more results to send with it
-RECONNECT_CAP = 5.0
+RECONNECT_CAP = policy.RECONNECT_CAP
 MIN_WAIT = 0.05  # a due job we could not claim (locked, or left to other workers): look again
 BACKLOG = 4 * ACK_BATCH  # results handed to the acker and not yet written: claim no more
 
@@ -331,7 +331,8 @@ class Worker:
         return wait
 
     def _turn(self, free: int) -> int:
-        """Acknowledge what finished and claim up to ``free`` jobs in one transaction."""
+        """Acknowledge what finished and claim up to ``free`` jobs: in one transaction, or
+        with parallel acks, the acknowledgements handed to the acker and the claim here."""
         if self._acker.threaded:
             self._acker.send(self._completions, self._failures)
             self._completions.clear()

@@ -1,6 +1,9 @@
 """``python -m tests.chaos.mutant <plunder arguments>``: plunder with its fencing broken on
 purpose, for the harness's self-check. The completion no longer checks that the claim is
 current (attempt, session, running, live session): a zombie's late acknowledgement lands.
+The worker's own cut of its calls in flight, when its session's lease runs out by its
+clock, is off too: on waking it could otherwise refuse the late commits before the
+database is asked, and the self-check would see nothing land.
 
 Nothing in plunder itself knows about this; the query text is patched in this process only.
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 import re
 
 from plunder.store import queries
+from plunder.store.postgres import PostgresStore
 
 # the WHERE clause of the statement that completes the job (PostgreSQL: up to its
 # RETURNING; SQLite: to the end of the statement), in job_complete and in
@@ -30,6 +34,7 @@ def break_fencing() -> None:
             patched = re.sub(fence, unfenced, named[name], count=1, flags=re.S | re.M)
             assert patched != named[name], f"no fence found in {dialect} {name}"
             named[name] = patched
+    PostgresStore.calls_cut = lambda self, reason: 0  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

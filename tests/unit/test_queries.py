@@ -187,3 +187,21 @@ def test_a_query_may_include_another_whole() -> None:
         queries.parse(
             "-- name: a\nSELECT 1\n-- name: b\n/* include: a */\n-- name: c\n/* include: b */\n"
         )
+
+
+def test_postgres_queries_as_sent_fit_psycopg_query_cache() -> None:
+    """Above this length psycopg converts a query's placeholders at every execution (a
+    regular expression over the whole text): the hot path's queries must stay under it
+    once compacted, and compacting keeps every statement and parameter."""
+    from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
+
+    for name, sql in queries.load("postgres").items():
+        sent = queries.compact(sql)
+        assert len(sent.encode("utf-8")) < MAX_CACHED_STATEMENT_LENGTH, name
+        assert pg_params(sent) == pg_params(sql), name
+        assert code(sent).split() == code(sql).split(), name
+
+
+def test_compact_drops_comment_lines_indentation_and_blank_lines() -> None:
+    sql = "-- doc\nSELECT 1\n\n    -- a note\n    FROM t  -- why\n"
+    assert queries.compact(sql) == "SELECT 1\nFROM t  -- why"

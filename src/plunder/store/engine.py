@@ -93,6 +93,13 @@ class Tx(Protocol):
         rows it changed, or the rows it returned."""
         ...
 
+    def columns_count(
+        self, name: str, columns: Mapping[str, Sequence[Any]], /, **common: Any
+    ) -> int:
+        """``batch_count`` over rows given column by column (equal lengths, at least one
+        row): the hot path builds its few columns directly instead of a mapping per row."""
+        ...
+
     def script(self, sql: str) -> None:
         """Execute one DDL statement."""
         ...

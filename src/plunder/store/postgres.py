@@ -52,6 +52,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 from plunder import errors
 from plunder.model import SUSPECT_LOSSES
+from plunder.store import queries
 from plunder.store.deadlines import Deadlines
 from plunder.store.engine import Tx
 from plunder.store.sqlbase import CLAIM_LEVELS, Claimed, Row, SQLStore
@@ -202,6 +203,14 @@ class _Tx:
         columns = _columns(rows)
         with self.conn.cursor() as cur:
             cur.execute(self._sql[name], {**columns, **common})
+            return int(cur.rowcount)
+
+    def columns_count(
+        self, name: str, columns: Mapping[str, Sequence[Any]], /, **common: Any
+    ) -> int:
+        arrays = {key: _array(list(values)) for key, values in columns.items()}
+        with self.conn.cursor() as cur:
+            cur.execute(self._sql[name], {**arrays, **common})
             return int(cur.rowcount)
 
     def script(self, sql: str) -> None:
@@ -426,6 +435,7 @@ class PostgresStore(SQLStore):
         **options: Any,
     ) -> None:
         super().__init__(**options)
+        self.queries = {name: queries.compact(sql) for name, sql in self.queries.items()}
         self._call_timeout = call_timeout
         self._idle_timeout = idle_timeout
         self._deadlines = Deadlines(_socket)

@@ -27,6 +27,16 @@ def parse(text: str) -> dict[str, str]:
     return {name: _include(name, sql, queries) for name, sql in queries.items()}
 
 
+def compact(sql: str) -> str:
+    """``sql`` as sent to the database: without its comment lines, indentation and blank
+    lines (no query spans a string literal over lines). psycopg converts a query's
+    ``%(name)s`` placeholders on every execution unless the text is shorter than its cache's
+    limit (4 KiB); the documentation alone would push the claim past it, and the conversion,
+    a regular expression over the whole text, then costs as much as parsing its rows."""
+    lines = (line.strip() for line in sql.splitlines())
+    return "\n".join(line for line in lines if line and not line.startswith("--"))
+
+
 def _include(name: str, sql: str, queries: dict[str, str]) -> str:
     def text(match: re.Match[str]) -> str:
         other = match.group(1)

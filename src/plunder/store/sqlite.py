@@ -213,6 +213,14 @@ class _Tx:
             counts.append(int(self.conn.executemany(sql, params).rowcount))
         return counts[0]
 
+    def columns_count(
+        self, name: str, columns: Mapping[str, Sequence[Any]], /, **common: Any
+    ) -> int:
+        keys = list(columns)
+        together = zip(*columns.values(), strict=True)
+        rows = [dict(zip(keys, values, strict=True)) for values in together]
+        return self.batch_count(name, rows, **common)
+
     def script(self, sql: str) -> None:
         self.conn.execute(sql)
 

@@ -633,7 +633,7 @@ class SQLStore(Maintenance, Reads):
         clock = tx.clock(now)
         claims = [c.claim for c, _ in items]
         logs_text = convert.logs_text
-        columns = {
+        columns: dict[str, list[Any]] = {
             "job_id": [c.job_id for c in claims],
             "attempt": [c.attempt for c in claims],
             "session_id": [c.session_id for c in claims],

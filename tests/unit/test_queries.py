@@ -103,15 +103,16 @@ def test_postgres_sql_uses_no_notify_advisory_locks_unlogged_tables_or_triggers(
 ) -> None:
     """None of them survives pgbouncer's transaction pooling or CockroachDB, and an
     immediate shutdown empties UNLOGGED tables. The exceptions are the ``notify``,
-    ``job_insert_notify``, ``job_insert_mixed_notify`` and ``job_complete_notify``
-    queries: wake-ups are an optimisation on top of polling, sent only where the store says
-    the database delivers them (``Store.notifies``)."""
+    ``job_insert_notify``, ``job_insert_mixed_notify``, ``job_complete_notify`` and
+    ``job_exchange`` queries: wake-ups are an optimisation on top of polling, sent only
+    where the store says the database delivers them (``Store.notifies``)."""
     found = FORBIDDEN.findall(code(postgres_sql()[where]))
     if where in (
         "queries.sql:notify",
         "queries.sql:job_insert_notify",
         "queries.sql:job_insert_mixed_notify",
         "queries.sql:job_complete_notify",
+        "queries.sql:job_exchange",
     ):
         assert [word for word, _ in found] == ["pg_notify"]
     else:

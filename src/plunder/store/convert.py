@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plunder import errors, payload
-from plunder.model import Claim, ErrorInfo, JobSpec, SweepResult
+from plunder.model import Claim, Completion, ErrorInfo, JobSpec, SweepResult
 from plunder.states import Outcome, Status
 
 Row = Mapping[str, Any]
@@ -198,6 +198,18 @@ def claims_of(rows: list[Row]) -> set[Claim]:
 
 def claim_row(claim: Claim) -> dict[str, Any]:
     return {"job_id": claim.job_id, "attempt": claim.attempt, "session_id": claim.session_id}
+
+
+def completion_columns(items: Sequence[tuple[Completion, str]]) -> dict[str, list[Any]]:
+    """job_complete's parameters, column by column, for completions with their results
+    encoded."""
+    return {
+        "job_id": [c.claim.job_id for c, _ in items],
+        "attempt": [c.claim.attempt for c, _ in items],
+        "claim_session": [c.claim.session_id for c, _ in items],
+        "result": [text for _, text in items],
+        "logs": [logs_text(c.logs) for c, _ in items],
+    }
 
 
 def logs_text(lines: Sequence[str]) -> str:

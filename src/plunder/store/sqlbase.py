@@ -631,38 +631,32 @@ class SQLStore(Maintenance, Reads):
         self, tx: Tx, items: list[tuple[Completion, str]], now: Now
     ) -> tuple[list[Claim], list[Claim]]:
         clock = tx.clock(now)
-        claims = [c.claim for c, _ in items]
-        logs_text = convert.logs_text
-        columns: dict[str, list[Any]] = {
-            "job_id": [c.job_id for c in claims],
-            "attempt": [c.attempt for c in claims],
-            "session_id": [c.session_id for c in claims],
-            "result": [text for _, text in items],
-            "logs": [logs_text(c.logs) for c, _ in items],
-        }
         # completes the jobs, and tells their result waiters (those that had succeeded
         # before were told then); the run that succeeded is kept on each (see job_complete)
         query = "job_complete_notify" if self.notifies else "job_complete"
-        changed = tx.columns_count(query, columns, now=clock)
-        if changed == len(items):  # the usual case: every one was current
-            ok, refused = [c for c, _ in items], []
-        else:  # some were refused, repeated, or had succeeded before: look at each
-            done = self._succeeded(tx, claims)
-            ok = [c for c, _ in items if c.claim in done]
-            refused = [c for c, _ in items if c.claim not in done]
+        changed = tx.columns_count(query, convert.completion_columns(items), now=clock)
+        if changed != len(items):
+            return self._settle(tx, items, clock)
         # Effects run only where this statement did the update (a completion with effects
         # has a transaction of its own): a retried acknowledgement of one that already
         # committed is accepted again, but its effects were written by that commit.
-        for completion in ok if changed == len(items) else ():
+        for completion, _ in items:
             if completion.effects is not None:
                 try:
                     completion.effects(tx.conn)
                 except Exception as exc:
                     raise _EffectsFailed(exc) from exc
-        if refused:
-            self._mark_stale(tx, refused, clock)
-            return [c.claim for c in ok], [c.claim for c in refused]
-        return claims, []
+        return [c.claim for c, _ in items], []
+
+    def _settle(
+        self, tx: Tx, items: list[tuple[Completion, str]], clock: Any
+    ) -> tuple[list[Claim], list[Claim]]:
+        """After job_complete changed fewer jobs than it was given (some refused, repeated,
+        or succeeded before), which were accepted; the stale ones get their history rows."""
+        done = self._succeeded(tx, [c.claim for c, _ in items])
+        refused = [c for c, _ in items if c.claim not in done]
+        self._mark_stale(tx, refused, clock)
+        return [c.claim for c, _ in items if c.claim in done], [c.claim for c in refused]
 
     def _succeeded(self, tx: Tx, claims: list[Claim]) -> set[Claim]:
         """Claims whose job is now succeeded under that very claim — by this statement or

@@ -174,6 +174,13 @@ SELECT NULL::bigint AS id WHERE false;
 -- the last of those the rest of the queue is walked in one go, in claim order, the jobs due
 -- later included (`rest`).
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
+/* include: job_claim_steps */
+SELECT * FROM claimed;
+
+-- name: job_claim_steps
+-- The claim's steps, after a `clock` step: the common table expressions of job_claim_many
+-- and of job_exchange (a fragment, never run alone). Its last step, `claimed`, holds the
+-- claimed rows.
 picked AS (
     SELECT c.id, c.losses, c.priority, c.run_at FROM clock, unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
@@ -268,7 +275,25 @@ claimed AS (
               j.key, j.run_at, j.created_at, j.started_at, j.finished_at, j.deadline_at,
               j.session_id, j.result, j.error, j.failed_sessions, j.losses
 )
-SELECT * FROM claimed;
+
+-- name: job_exchange
+-- A worker's turn in one statement: job_complete_notify over its finished jobs, then
+-- job_claim_many, committed together in one round trip (a transaction of the two costs
+-- four: BEGIN, each statement, COMMIT). The two update different rows (running jobs of
+-- this session; pending ones). `acked` counts the jobs completed; with nothing claimed,
+-- one row of NULLs carries it.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
+done AS (
+/* include: job_complete */
+),
+told AS (
+    SELECT pg_notify('plunder_done', string_agg(id::text, ','))
+    FROM (SELECT id, (row_number() OVER ()) / 300 AS chunk FROM done) AS c
+    GROUP BY chunk
+),
+/* include: job_claim_steps */
+SELECT (SELECT count(*) FROM done) AS acked, c.*
+FROM (SELECT count(*) FROM told) AS t LEFT JOIN claimed AS c ON true;
 
 -- name: run_close
 -- batch. The history row of an attempt that ended other than in success, written once, as
@@ -337,7 +362,7 @@ WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS n
 UPDATE plunder_jobs AS j
 SET status = 'succeeded', result = u.result, finished_at = clock.now, deadline_at = NULL,
     run_logs = u.logs
-FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[],
+FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(claim_session)s::text[],
             %(result)s::text[], %(logs)s::text[])
          AS u(job_id, attempt, session_id, result, logs),
      clock

@@ -162,6 +162,17 @@ WHERE j.status = 'pending'
 ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT :limit;
 
+-- name: job_claim_steps
+-- PostgreSQL's claim steps (a fragment of its job_claim_many and job_exchange); the store
+-- never sends this; it exists so that both dialects name the same operations.
+SELECT :levels, :limit, :queues, :session_id, :suspect_losses, :take_suspect, :tasks WHERE 0;
+
+-- name: job_exchange
+-- PostgreSQL's turn in one statement; SQLite makes a turn one transaction of its
+-- statements (under the write lock, nothing to save in round trips). The store never sends
+-- this; it exists so that both dialects name the same operations.
+SELECT :attempt, :claim_session, :job_id, :levels, :limit, :logs, :now, :queues, :result, :session_id, :suspect_losses, :take_suspect, :tasks WHERE 0;
+
 -- name: job_claim_many
 -- Claim the pending jobs :ids (chosen by job_claim_walk in this transaction, under the
 -- write lock) for a live session.
@@ -238,7 +249,7 @@ SELECT id FROM plunder_sessions WHERE id = :session_id AND expires_at > :now;
 UPDATE plunder_jobs
 SET status = 'succeeded', result = b.column4, finished_at = :now, deadline_at = NULL,
     run_logs = b.column5
-FROM (VALUES (:job_id, :attempt, :session_id, :result, :logs)) AS b
+FROM (VALUES (:job_id, :attempt, :claim_session, :result, :logs)) AS b
 WHERE plunder_jobs.id = b.column1 AND +plunder_jobs.attempt = b.column2
   AND +plunder_jobs.session_id = b.column3 AND +plunder_jobs.status = 'running'
   AND EXISTS (SELECT 1 FROM plunder_sessions AS s WHERE s.id = b.column3 AND s.expires_at > :now);

@@ -187,15 +187,20 @@ def test_s06_graceful_shutdown_releases_at_once(system: System) -> None:
 
 
 def test_s06_second_signal_stops_at_once(system: System) -> None:
+    """The tasks sleep longer than it takes to see their claims, start a second worker
+    and signal twice; one that reached its commit before the second signal (a machine so
+    slow that the window was missed) fails the scenario, saying so."""
     leaving = system.start(concurrency=4, extra=["--grace", "30"])
     sid = system.wait(lambda: system.session_of(leaving), what="session").id
-    system.enqueue([witness(sleep_ms=2000) for _ in range(3)])
+    system.enqueue([witness(sleep_ms=6000) for _ in range(3)])
     system.wait(lambda: len(system.running_on(sid)) == 3, what="3 claims")
     system.workers(1, concurrency=4)
     system.signal(leaving, signal.SIGTERM)
     time.sleep(0.3)
     os_signal_sent = time.monotonic()
     system.signal(leaving, signal.SIGTERM)
+    early = [e for e in system.execs() if e["session"] == sid and e["ev"] == "commit_try"]
+    assert not early, f"the window was missed: a task committed before the second signal {early}"
     leaving.popen.wait(timeout=5)
     assert time.monotonic() - os_signal_sent < 3.0, "the second signal did not stop at once"
     system.wait_terminal()

@@ -19,7 +19,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from plunder import errors, payload, policy
@@ -406,6 +406,8 @@ class Engine(ABC):
         times: dict[Any, datetime | None] = {None: None}
 
         def time(value: Any) -> Any:
+            if type(value) is datetime and value.tzinfo is UTC:
+                return value  # read as UTC already (PostgreSQL): hashing it costs more
             found = times.get(value, times)
             if found is times:
                 found = times[value] = self._time(value)

@@ -24,7 +24,9 @@ from typing import Any, NoReturn, Protocol, TypeVar
 
 from plunder import errors, payload, policy
 from plunder.model import (
+    Completion,
     ErrorInfo,
+    Exchange,
     JobRecord,
     Lease,
     Run,
@@ -168,6 +170,22 @@ class Engine(ABC):
 
     @abstractmethod
     def _list_out(self, value: Any) -> list[str]: ...
+
+    def _turn_at_once(
+        self,
+        plain: list[tuple[Completion, str]],
+        session_id: str,
+        *,
+        queues: Sequence[str],
+        tasks: Sequence[str],
+        limit: int,
+        take_suspect: bool,
+        now: Now,
+    ) -> Exchange | None:
+        """A worker's turn of completions (their results encoded) and a claim, validated,
+        as one statement where the dialect has one (PostgreSQL's job_exchange); None: it
+        is the transaction of several statements that ``job_exchange_many`` runs."""
+        return None
 
     @abstractmethod
     def close(self) -> None:

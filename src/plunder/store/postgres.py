@@ -49,7 +49,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     ) from exc
 
 from plunder import errors
-from plunder.model import SUSPECT_LOSSES, AckResult, Completion, Exchange, Failure
+from plunder.model import SUSPECT_LOSSES, AckResult, Completion, Exchange
 from plunder.store import convert, queries
 from plunder.store.deadlines import Deadlines
 from plunder.store.engine import Tx
@@ -609,34 +609,21 @@ class PostgresStore(SQLStore):
         state = exc.sqlstate
         return state is None or (state.startswith(("08", "57P")) and state != "57P05")
 
-    def job_exchange_many(
+    def _turn_at_once(
         self,
-        completions: Sequence[Completion],
-        failures: Sequence[Failure],
-        *,
+        plain: list[tuple[Completion, str]],
         session_id: str,
+        *,
         queues: Sequence[str],
         tasks: Sequence[str],
         limit: int,
-        take_suspect: bool = True,
-        now: datetime | None = None,
-    ) -> Exchange:
-        """A turn that completes and claims is one statement (job_exchange), committed in
-        one round trip; with failures, or effects, it is a transaction of several."""
-        plain_turn = completions and limit and queues and tasks and not failures and self.notifies
-        if not plain_turn or any(c.effects is not None for c in completions):
-            return super().job_exchange_many(
-                completions,
-                failures,
-                session_id=session_id,
-                queues=queues,
-                tasks=tasks,
-                limit=limit,
-                take_suspect=take_suspect,
-                now=now,
-            )
-        self._check_claim(queues, limit)
-        plain = self._encode_results(completions)
+        take_suspect: bool,
+        now: datetime | None,
+    ) -> Exchange | None:
+        """One statement (job_exchange), committed in one round trip, where the database
+        delivers NOTIFY (the statement notifies the result waiters)."""
+        if not self.notifies:
+            return None
         columns = convert.completion_columns(plain)
         arrays = {key: array_literal(values) for key, values in columns.items()}
 

@@ -465,14 +465,21 @@ class SQLStore(Maintenance, Reads):
         take_suspect: bool = True,
         now: Now = None,
     ) -> Exchange:
-        """Acknowledge finished attempts and claim new jobs in ONE transaction: a worker's
-        whole turn costs one commit. ``limit=0`` only acknowledges. Completions here may
-        not carry ``effects`` (those need a transaction each)."""
+        """Acknowledge finished attempts and claim new jobs in ONE commit (one statement
+        where the dialect has it: ``_turn_at_once``). ``limit=0`` only acknowledges.
+        Completions here may not carry ``effects`` (those need a transaction each)."""
         if any(c.effects is not None for c in completions):
             raise ValueError("completions with effects go through job_complete_many")
         if limit:
             self._check_claim(queues, limit)
         plain = self._encode_results(completions)
+        if plain and limit and queues and tasks and not failures:
+            at_once = self._turn_at_once(
+                plain, session_id, queues=queues, tasks=tasks, limit=limit,
+                take_suspect=take_suspect, now=now,
+            )  # fmt: skip
+            if at_once is not None:
+                return at_once
         fail_rows = self._failure_rows(failures)
 
         def op(tx: Tx) -> tuple[AckResult, AckResult, Claimed]:

@@ -35,9 +35,12 @@ def _fill(store: Store, depth: int, now: datetime) -> None:
         store.job_enqueue_ids((other + later_)[start : start + 5_000], now=now)
 
 
-def _work(store: Store, store_url: str, run: Callable[[], list[JobRecord]]) -> int:
+def _work(
+    store: Store, store_url: str, run: Callable[[], object], query: str, params: dict[str, Any]
+) -> int:
     """How much the database did for ``run()``: SQLite's virtual machine steps (counted in
-    hundreds), PostgreSQL's buffer accesses (from EXPLAIN of the same claim, rolled back)."""
+    hundreds), PostgreSQL's buffer accesses (from EXPLAIN of the same ``query`` with
+    ``params``, rolled back)."""
     if store_url.startswith("sqlite:"):
         conn: Any = store._connection()  # type: ignore[attr-defined]
         steps = [0]
@@ -54,20 +57,10 @@ def _work(store: Store, store_url: str, run: Callable[[], list[JobRecord]]) -> i
         return steps[0]
     import psycopg
 
-    session_id, limit = run.session_id, run.limit  # type: ignore[attr-defined]
     with psycopg.connect(store_url) as conn:
         plan = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.queries["job_claim_many"],  # type: ignore[attr-defined]
-            {
-                "session_id": session_id,
-                "queues": ["mine"],
-                "tasks": ["t"],
-                "limit": limit,
-                "take_suspect": True,
-                "suspect_losses": SUSPECT_LOSSES,
-                "levels": CLAIM_LEVELS,
-                "now": None,
-            },
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.queries[query],  # type: ignore[attr-defined]
+            {"now": None, "levels": CLAIM_LEVELS, **params},
         ).fetchone()[0]  # type: ignore[index]
         conn.rollback()
     top = (plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"]
@@ -86,8 +79,15 @@ def _claim_work(store: Store, store_url: str, depth: int, *, due: int, limit: in
         taken.extend(claim(store, session, queues=["mine"], limit=limit))
         return taken
 
-    run.session_id, run.limit = session.id, limit  # type: ignore[attr-defined]
-    work = _work(store, store_url, run)  # on PostgreSQL, EXPLAIN's claim was rolled back
+    params = {
+        "session_id": session.id,
+        "queues": ["mine"],
+        "tasks": ["t"],
+        "limit": limit,
+        "take_suspect": True,
+        "suspect_losses": SUSPECT_LOSSES,
+    }
+    work = _work(store, store_url, run, "job_claim_many", params)  # EXPLAIN's claim rolled back
     while got := claim(store, session, queues=["mine"], limit=limit):
         taken += got
     assert sorted(j.args[0] for j in taken) == list(range(due))  # the due ones, no other
@@ -109,6 +109,31 @@ def test_a_full_claim_reads_as_much_behind_a_deep_queue(
 ) -> None:
     shallow = _claim_work(store, store_url, 600, due=80, limit=60)
     deep = _claim_work(store, store_url, DEEP, due=80, limit=60)
+    assert deep < 2 * shallow + 20, f"{backend}: {shallow} at depth 600, {deep} at {DEEP:,}"
+
+
+def _next_due_work(store: Store, store_url: str, depth: int, now: datetime) -> int:
+    _fill(store, depth, now)
+    enqueue(store, JobSpec("t", ["soon"], queue="mine", priority=-1, delay=60.0), now=now)
+    answers: list[float | None] = []
+
+    def run() -> None:
+        answers.append(store.job_next_due(queues=["mine"], tasks=["t"], now=now))
+
+    work = _work(store, store_url, run, "job_next_due", {"queues": ["mine"], "tasks": ["t"]})
+    run()
+    assert answers[-1] == pytest.approx(60.0, abs=1e-3)
+    return work
+
+
+def test_when_the_next_job_is_due_reads_as_much_behind_a_deep_queue(
+    store: Store, store_url: str, backend: str
+) -> None:
+    """An idle worker reads when its next job is due (to know how long it may sleep) as a
+    claim reads: not through the other queue's jobs, nor its own queue's delayed ones."""
+    now = store.now()
+    shallow = _next_due_work(store, store_url, 600, now)
+    deep = _next_due_work(store, store_url, DEEP, now)
     assert deep < 2 * shallow + 20, f"{backend}: {shallow} at depth 600, {deep} at {DEEP:,}"
 
 

@@ -184,10 +184,19 @@ def test_a_query_may_include_another_whole() -> None:
     assert found["b"].endswith("WITH x AS (SELECT 1) SELECT * FROM x")
     with pytest.raises(ValueError, match="includes 'c', which is not defined"):
         queries.parse("-- name: a\nSELECT 1 /* include: c */\n")
-    with pytest.raises(ValueError, match="which includes another"):
-        queries.parse(
-            "-- name: a\nSELECT 1\n-- name: b\n/* include: a */\n-- name: c\n/* include: b */\n"
-        )
+    nested = queries.parse(
+        "-- name: a\nSELECT 1\n-- name: b\n(/* include: a */)\n"
+        "-- name: c\nSELECT /* include: b */\n"
+    )
+    assert nested["c"] == "SELECT (SELECT 1)"
+    documented = queries.parse(
+        "-- name: a\n-- docs\nx AS (SELECT 1)\n-- name: b\nWITH /* include: a */ SELECT\n"
+    )
+    assert documented["b"] == "WITH x AS (SELECT 1) SELECT"
+    with pytest.raises(ValueError, match=r"'a' would include itself \(a -> b -> a\)"):
+        queries.parse("-- name: a\nSELECT /* include: b */\n-- name: b\n(/* include: a */)\n")
+    with pytest.raises(ValueError, match=r"'a' would include itself \(a -> a\)"):
+        queries.parse("-- name: a\nSELECT /* include: a */\n")
 
 
 def test_postgres_queries_as_sent_fit_psycopg_query_cache() -> None:

@@ -219,8 +219,12 @@ class Store(Protocol):
         """Append ``(kind, data)`` events for a running attempt; StaleClaim if not current."""
         ...
 
-    def job_next_due(self, *, queues: Sequence[str], tasks: Sequence[str]) -> float | None:
-        """Seconds until the earliest pending job for these queues and tasks is due."""
+    def job_next_due(
+        self, *, queues: Sequence[str], tasks: Sequence[str], now: Now = None
+    ) -> float | None:
+        """Seconds until the earliest pending job for these queues and tasks is due (zero or
+        less: due now; None: there is none). What it reads does not grow with other queues'
+        jobs nor with the jobs due later."""
         ...
 
     # -- janitor -------------------------------------------------------------------------

@@ -171,6 +171,12 @@ class Engine(ABC):
     @abstractmethod
     def _list_out(self, value: Any) -> list[str]: ...
 
+    @abstractmethod
+    def _next_due(self, tx: Tx, queues: list[str], tasks: list[str], clock: Any) -> float | None:
+        """job_next_due's reading in ``tx``: as a claim reads, each queue on its own, one
+        priority level at a time, so that it does not grow with other queues' jobs nor
+        with the jobs due later."""
+
     def _turn_at_once(
         self,
         plain: list[tuple[Completion, str]],
@@ -216,21 +222,19 @@ class Engine(ABC):
         self._notify(tx, CHANNEL_ENQUEUED, pending)
         self._notify(tx, CHANNEL_DONE, finished)
 
-    def job_next_due(self, *, queues: Sequence[str], tasks: Sequence[str]) -> float | None:
+    def job_next_due(
+        self, *, queues: Sequence[str], tasks: Sequence[str], now: Now = None
+    ) -> float | None:
         """Seconds until the earliest pending job for these queues and tasks is due, by the
         database clock (zero or less: due now; None: no such job)."""
         if not queues or not tasks:
             return None
-        row = self._run(
-            lambda tx: tx.one(
-                "job_next_due",
-                queues=self._list_in(list(queues)),
-                tasks=self._list_in(list(tasks)),
-                now=tx.clock(None),
-            ),
+        for queue in queues:
+            payload.check_queue(queue)
+        return self._run(
+            lambda tx: self._next_due(tx, list(dict.fromkeys(queues)), list(tasks), tx.clock(now)),
             write=False,
         )
-        return None if row is None or row["due_in"] is None else float(row["due_in"])
 
     # -- the transaction runner -----------------------------------------------------------
     def _run(

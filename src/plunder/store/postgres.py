@@ -682,6 +682,11 @@ class PostgresStore(SQLStore):
             now=clock,
         )
 
+    def _next_due(self, tx: Tx, queues: list[str], tasks: list[str], clock: Any) -> float | None:
+        """One statement, which walks each queue and priority level inside it."""
+        row = tx.one("job_next_due", queues=queues, tasks=tasks, levels=CLAIM_LEVELS, now=clock)
+        return None if row is None or row["due_in"] is None else float(row["due_in"])
+
     def _time(self, value: Any) -> datetime:
         if not isinstance(value, datetime):
             raise errors.StoreError(f"expected a timestamp from the database, got {value!r}")

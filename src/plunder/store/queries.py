@@ -1,6 +1,7 @@
 """Load a dialect's named-query file: ``-- name: NAME`` starts a query; comment lines that
 follow it are its documentation; everything up to the next name is its SQL. A query may
-contain another one whole: ``/* include: NAME */`` stands for that query's SQL."""
+contain another one whole: ``/* include: NAME */`` stands for that query's SQL (its own
+includes resolved; a query that would contain itself is an error)."""
 
 from __future__ import annotations
 
@@ -37,16 +38,26 @@ def compact(sql: str) -> str:
     return "\n".join(line for line in lines if line and not line.startswith("--"))
 
 
-def _include(name: str, sql: str, queries: dict[str, str]) -> str:
+def _include(name: str, sql: str, queries: dict[str, str], within: tuple[str, ...] = ()) -> str:
     def text(match: re.Match[str]) -> str:
         other = match.group(1)
         if other not in queries:
             raise ValueError(f"query {name!r} includes {other!r}, which is not defined")
-        if _INCLUDE.search(queries[other]):
-            raise ValueError(f"query {name!r} includes {other!r}, which includes another")
-        return queries[other]
+        if other in within or other == name:
+            chain = " -> ".join((*within, name, other))
+            raise ValueError(f"query {other!r} would include itself ({chain})")
+        return _include(other, _body(queries[other]), queries, (*within, name))
 
     return _INCLUDE.sub(text, sql)
+
+
+def _body(sql: str) -> str:
+    """A query's SQL without its documentation (the comment lines it starts with), as an
+    include inserts it: text may stand before it on the same line."""
+    lines = sql.splitlines()
+    while lines and lines[0].lstrip().startswith("--"):
+        lines.pop(0)
+    return "\n".join(lines)
 
 
 @cache

@@ -574,6 +574,31 @@ class SqliteStore(SQLStore):
             return [], []
         return tx.table("job_claim_many", ids=self._list_in(ids), session_id=session_id, now=clock)
 
+    def _next_due(self, tx: Tx, queues: list[str], tasks: list[str], clock: Any) -> float | None:
+        """A loop, as the claim's (``_claim_rows``): for each queue, its priority levels
+        best first (``job_claim_level``) and the earliest job of a served task in each
+        (``job_next_due_level``, one probe); below the CLAIM_LEVELS-th level, the rest of
+        the queue in one walk (``job_next_due_rest``). A job due now ends the search."""
+        names = self._list_in(tasks)
+        earliest = math.inf
+        for queue in queues:
+            below = math.inf
+            for _ in range(CLAIM_LEVELS):
+                level = tx.one("job_claim_level", queue=queue, below=below)
+                if level is None:
+                    break
+                below = level["priority"]
+                row = tx.one("job_next_due_level", queue=queue, priority=below, tasks=names)
+                if row is not None:
+                    earliest = min(earliest, float(row["run_at"]))
+            else:
+                row = tx.one("job_next_due_rest", queue=queue, below=below, tasks=names)
+                if row is not None and row["run_at"] is not None:
+                    earliest = min(earliest, float(row["run_at"]))
+            if earliest <= clock:
+                break
+        return None if earliest == math.inf else earliest - clock
+
     def _time(self, value: Any) -> datetime:
         return datetime.fromtimestamp(float(value), UTC)
 

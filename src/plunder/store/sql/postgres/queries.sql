@@ -177,6 +177,23 @@ WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS n
 /* include: job_claim_steps */
 SELECT * FROM claimed;
 
+-- name: job_claim_levels
+-- A fragment (never run alone) of job_claim_steps and job_next_due, inside a LATERAL join
+-- over the worker's queues (`q.name`): the recursive step `levels` lists the best `levels`
+-- priority levels of one queue's pending jobs, best first, one index probe each.
+levels AS (
+    (SELECT j.priority, 1 AS n FROM plunder_jobs AS j
+     WHERE j.status = 'pending' AND j.queue = q.name
+     ORDER BY j.priority DESC LIMIT 1)
+    UNION ALL
+    SELECT lower.priority, l.n + 1 FROM levels AS l
+    CROSS JOIN LATERAL (
+        SELECT j.priority FROM plunder_jobs AS j
+        WHERE j.status = 'pending' AND j.queue = q.name AND j.priority < l.priority
+        ORDER BY j.priority DESC LIMIT 1) AS lower
+    WHERE l.n < %(levels)s::integer
+)
+
 -- name: job_claim_steps
 -- The claim's steps, after a `clock` step: the common table expressions of job_claim_many
 -- and of job_exchange (a fragment, never run alone). Its last step, `claimed`, holds the
@@ -184,18 +201,7 @@ SELECT * FROM claimed;
 picked AS (
     SELECT c.id, c.losses, c.priority, c.run_at FROM clock, unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
-        WITH RECURSIVE levels AS (
-            (SELECT j.priority, 1 AS n FROM plunder_jobs AS j
-             WHERE j.status = 'pending' AND j.queue = q.name
-             ORDER BY j.priority DESC LIMIT 1)
-            UNION ALL
-            SELECT lower.priority, l.n + 1 FROM levels AS l
-            CROSS JOIN LATERAL (
-                SELECT j.priority FROM plunder_jobs AS j
-                WHERE j.status = 'pending' AND j.queue = q.name AND j.priority < l.priority
-                ORDER BY j.priority DESC LIMIT 1) AS lower
-            WHERE l.n < %(levels)s::integer
-        )
+        WITH RECURSIVE /* include: job_claim_levels */
         SELECT due.* FROM levels AS l
         CROSS JOIN LATERAL (
             SELECT j.id, j.priority, j.run_at, j.losses FROM plunder_jobs AS j
@@ -722,8 +728,36 @@ SELECT pg_notify(%(channel)s, %(payload)s);
 
 -- name: job_next_due
 -- Seconds (by the database clock) until the earliest pending job this worker could run is
--- due, so it can sleep until then instead of ticking.
-SELECT extract(epoch FROM min(run_at) - COALESCE(%(now)s::timestamptz, statement_timestamp()))::float8
-       AS due_in
-FROM plunder_jobs
-WHERE status = 'pending' AND queue = ANY(%(queues)s::text[]) AND task = ANY(%(tasks)s::text[]);
+-- due (zero or less: due now), so it can sleep until then instead of ticking. Read as a
+-- claim reads: each queue on its own, one priority level at a time (`levels`), and in
+-- each level the earliest job of a task the worker runs, one probe (a level's pending jobs
+-- are in run_at order in plunder_jobs_claim). So what it reads does not grow with other
+-- queues' jobs, nor with the jobs due later behind the first. Below the last of the
+-- `levels` levels, the rest of the queue is read in one go, as the claim's rest is.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+SELECT extract(epoch FROM min(d.run_at) - min(clock.now))::float8 AS due_in
+FROM clock, unnest(%(queues)s::text[]) AS q(name)
+CROSS JOIN LATERAL (
+    WITH RECURSIVE /* include: job_claim_levels */
+    SELECT first.run_at FROM levels AS l
+    CROSS JOIN LATERAL (
+        SELECT j.run_at FROM plunder_jobs AS j
+        WHERE j.status = 'pending' AND j.queue = q.name AND j.priority = l.priority
+          AND j.task = ANY(%(tasks)s::text[])
+        ORDER BY j.run_at, j.id
+        LIMIT 1) AS first
+    UNION ALL
+    SELECT min(j.run_at) FROM (SELECT min(priority) AS below FROM levels
+                               HAVING count(*) = %(levels)s::integer) AS b
+    JOIN plunder_jobs AS j
+      ON j.status = 'pending' AND j.queue = q.name AND j.priority < b.below
+         AND j.task = ANY(%(tasks)s::text[])
+) AS d;
+
+-- name: job_next_due_level
+-- SQLite only (it has no LATERAL join), as job_claim_level.
+SELECT NULL::timestamptz AS run_at WHERE false;
+
+-- name: job_next_due_rest
+-- SQLite only, as job_claim_level.
+SELECT NULL::timestamptz AS run_at WHERE false;

@@ -162,6 +162,12 @@ WHERE j.status = 'pending'
 ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT :limit;
 
+-- name: job_claim_levels
+-- PostgreSQL's priority levels of one queue (a fragment of its job_claim_steps and
+-- job_next_due); the store never sends this; it exists so that both dialects name the
+-- same operations.
+SELECT :levels WHERE 0;
+
 -- name: job_claim_steps
 -- PostgreSQL's claim steps (a fragment of its job_claim_many and job_exchange); the store
 -- never sends this; it exists so that both dialects name the same operations.
@@ -517,8 +523,29 @@ GROUP BY queue;
 SELECT :channel AS channel, :payload AS payload WHERE 0;
 
 -- name: job_next_due
--- Seconds (by the database clock) until the earliest pending job this worker could run is
--- due, so it can sleep until then instead of ticking.
-SELECT min(run_at) - :now AS due_in FROM plunder_jobs
-WHERE status = 'pending' AND queue IN (SELECT value FROM json_each(:queues))
-  AND task IN (SELECT value FROM json_each(:tasks));
+-- PostgreSQL's reading of when the next job is due, in one statement; SQLite reads it with
+-- a loop of job_claim_level, job_next_due_level and job_next_due_rest (see
+-- SqliteStore._next_due). The store never sends this; it exists so that both dialects
+-- name the same operations.
+SELECT :levels, :now, :queues, :tasks WHERE 0;
+
+-- name: job_next_due_level
+-- The earliest run_at of a pending job of one of :tasks in one queue and priority level:
+-- one probe of plunder_jobs_claim, which holds a level's pending jobs in run_at order.
+SELECT j.run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
+WHERE j.status = 'pending'
+  AND j.queue = :queue
+  AND j.priority = :priority
+  AND j.task IN (SELECT value FROM json_each(:tasks))
+ORDER BY j.run_at, j.id
+LIMIT 1;
+
+-- name: job_next_due_rest
+-- The earliest run_at of a pending job of one of :tasks in one queue below priority level
+-- :below: after CLAIM_LEVELS levels, the rest of a queue with many levels in one walk, as
+-- job_claim_rest.
+SELECT min(j.run_at) AS run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
+WHERE j.status = 'pending'
+  AND j.queue = :queue
+  AND j.priority < :below
+  AND j.task IN (SELECT value FROM json_each(:tasks));

@@ -3,7 +3,8 @@
 ```
  every janitor_interval:
    renew our lease (or acquire it when free or expired; the term grows at every new holder)
-   └─ held? ── reap dead sessions ─▶ time out late jobs ─▶ prune old finished jobs (hourly)
+   └─ held? ── reap dead sessions ─▶ time out late jobs ─▶ prune old finished jobs
+               (hourly, or at every pass while a backlog is left)
                each one transaction that first checks (lease, holder, term) in the database
 ```
 
@@ -75,19 +76,25 @@ class Timeouts:
 @dataclass
 class Pruner:
     """Deletes finished jobs (and their runs and stream events) older than the retention,
-    at most once per ``every`` seconds."""
+    at most ``limit`` a pass, in a transaction of its own. While passes come back full, a
+    backlog is left, and the next pass prunes again; otherwise at most once per ``every``
+    seconds (finding nothing to prune reads the whole table)."""
 
     retention: float
     every: float = 3600.0
     limit: int = 5000
     _last: float | None = field(default=None, repr=False)
+    _more: bool = field(default=False, repr=False)
 
     def run_once(self, store: Store, lease: Lease, now: datetime | None = None) -> int:
         clock = time.monotonic()
-        if now is None and self._last is not None and clock - self._last < self.every:
+        waiting = self._last is not None and clock - self._last < self.every
+        if now is None and waiting and not self._more:
             return 0
         self._last = clock
-        return store.job_prune_many(lease, older_than=self.retention, limit=self.limit, now=now)
+        pruned = store.job_prune_many(lease, older_than=self.retention, limit=self.limit, now=now)
+        self._more = pruned >= self.limit
+        return pruned
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from plunder import errors
+from plunder.janitor import Pruner
 from plunder.model import JobSpec
 from plunder.states import Status
 from plunder.store import Store
@@ -68,3 +71,23 @@ def test_prune_deletes_finished_jobs_past_retention_with_their_history(store: St
     assert store.job_runs(old.id) == []
     assert store.job_get(fresh.id).status == Status.SUCCEEDED
     assert store.job_get(pending.id).status == Status.PENDING
+
+
+def test_the_janitor_prunes_a_backlog_a_batch_a_pass_then_hourly(store: Store) -> None:
+    """A backlog of finished jobs larger than one batch is pruned at every pass, a batch at a
+    time, until a batch comes back short; then the pruner waits its hour again."""
+    enqueue(store, *[JobSpec("t", [i]) for i in range(12)])
+    session = open_session(store, expiry=10_000)
+    jobs = claim(store, session, limit=12)
+    assert all(complete(store, job.claim) for job in jobs)
+    lease = store.lease_acquire("janitor", "j", 10_000)
+    assert lease is not None
+    pruner = Pruner(retention=0.0, limit=5)
+    assert [pruner.run_once(store, lease) for _ in range(4)] == [5, 5, 2, 0]
+    enqueue(store, JobSpec("t", ["later"]))
+    (job,) = claim(store, session, limit=1)
+    assert complete(store, job.claim)
+    assert pruner.run_once(store, lease) == 0  # within the hour of a short batch
+    pruner.every = 0.0
+    time.sleep(0.01)  # past the database clock's resolution (SQLite's: a millisecond)
+    assert pruner.run_once(store, lease) == 1

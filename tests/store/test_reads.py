@@ -73,6 +73,35 @@ def test_prune_deletes_finished_jobs_past_retention_with_their_history(store: St
     assert store.job_get(pending.id).status == Status.PENDING
 
 
+def test_sqlite_prune_reads_the_table_outside_the_write_lock(store: Store, backend: str) -> None:
+    """Finding what to prune reads the whole table when there is nothing to prune; on SQLite
+    no other process could write meanwhile if it held the write lock. Only the delete of what
+    it found, under the fence, takes the lock."""
+    if backend != "sqlite":
+        pytest.skip("SQLite's write lock")
+    (job,) = enqueue(store, JobSpec("t", [1]))
+    session = open_session(store, expiry=10_000)
+    (claimed,) = claim(store, session, limit=1)
+    assert complete(store, claimed.claim)
+    lease = store.lease_acquire("janitor", "j", 10_000)
+    assert lease is not None
+    time.sleep(0.01)  # past the database clock's resolution (SQLite's: a millisecond)
+    conn = store._connection()  # type: ignore[attr-defined]
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        assert store.job_prune_many(lease, older_than=0.0) == 1
+    finally:
+        conn.set_trace_callback(None)
+    scan = [n for n, sql in enumerate(statements) if "ORDER BY id" in sql]
+    write = [n for n, sql in enumerate(statements) if sql.startswith("BEGIN IMMEDIATE")]
+    deleted = [n for n, sql in enumerate(statements) if "DELETE FROM plunder_jobs" in sql]
+    assert len(scan) == len(write) == 1 and deleted, statements
+    assert scan[0] < write[0] < deleted[0]
+    with pytest.raises(errors.JobNotFound):
+        store.job_get(job.id)
+
+
 def test_the_janitor_prunes_a_backlog_a_batch_a_pass_then_hourly(store: Store) -> None:
     """A backlog of finished jobs larger than one batch is pruned at every pass, a batch at a
     time, until a batch comes back short; then the pruner waits its hour again."""

@@ -143,13 +143,27 @@ class Maintenance(Engine):
     def job_prune_many(
         self, lease: Lease, *, older_than: float, limit: int = 1000, now: Now = None
     ) -> int:
+        """Finished jobs past retention are found by a read (``job_prune_find``: with none
+        to prune, it reads the whole table, and SQLite's write lock is not held meanwhile),
+        then deleted under the fence if they are still finished past retention."""
         convert.non_negative("retention", older_than)
+        retention = float(older_than)
+        found = self._run(
+            lambda tx: [
+                row["id"]
+                for row in tx.all(
+                    "job_prune_find", older_than=retention, limit=int(limit), now=tx.clock(now)
+                )
+            ],
+            write=False,
+        )
 
         def op(tx: Tx) -> int:
             clock = tx.clock(now)
             self._fence(tx, lease, clock)
-            return len(
-                tx.all("job_prune_many", older_than=float(older_than), limit=int(limit), now=clock)
-            )
+            if not found:
+                return 0
+            ids = self._list_in(found)
+            return len(tx.all("job_prune_many", ids=ids, older_than=retention, now=clock))
 
         return self._run(op)

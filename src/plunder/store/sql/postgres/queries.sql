@@ -647,17 +647,28 @@ FROM clock
 WHERE j.id = ANY(%(job_ids)s::bigint[]) AND j.status = 'running'
 RETURNING j.id, j.attempt, j.status, j.queue;
 
+-- name: job_prune_find
+-- Finished jobs past retention, the oldest ids first: what job_prune_many then deletes.
+-- A read of its own, so that nothing waits while it scans (with nothing to prune, the whole
+-- table).
+SELECT j.id FROM plunder_jobs AS j
+WHERE j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+  AND j.finished_at < COALESCE(%(now)s::timestamptz, statement_timestamp())
+                      - %(older_than)s * interval '1 second'
+ORDER BY j.id
+LIMIT %(limit)s;
+
 -- name: job_prune_many
--- Deletes finished jobs past retention, with their runs and events.
+-- Deletes the jobs job_prune_find found that are still finished past retention, with
+-- their runs and events.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 gone AS (
-    DELETE FROM plunder_jobs
-    WHERE id IN (
-        SELECT j.id FROM plunder_jobs AS j, clock
-        WHERE j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
-          AND j.finished_at < clock.now - %(older_than)s * interval '1 second'
-        ORDER BY j.id LIMIT %(limit)s)
-    RETURNING id
+    DELETE FROM plunder_jobs AS j
+    USING clock
+    WHERE j.id = ANY(%(ids)s::bigint[])
+      AND j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+      AND j.finished_at < clock.now - %(older_than)s * interval '1 second'
+    RETURNING j.id
 ),
 runs AS (DELETE FROM plunder_runs WHERE job_id IN (SELECT id FROM gone)),
 events AS (DELETE FROM plunder_events WHERE job_id IN (SELECT id FROM gone))

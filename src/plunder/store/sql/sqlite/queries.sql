@@ -463,13 +463,23 @@ SET status = CASE WHEN retry_on_timeout AND attempt < max_attempts THEN 'pending
 WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status = 'running'
 RETURNING id, attempt, status, queue;
 
+-- name: job_prune_find
+-- Finished jobs past retention, the oldest ids first: what job_prune_many then deletes. A
+-- read of its own, outside the write lock, which nobody else could take while it scans
+-- (with nothing to prune, the whole table).
+SELECT id FROM plunder_jobs
+WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+  AND finished_at < :now - :older_than
+ORDER BY id
+LIMIT :limit;
+
 -- name: job_prune_many
+-- Deletes the jobs job_prune_find found that are still finished past retention (their runs
+-- and events go with them: foreign keys ON DELETE CASCADE).
 DELETE FROM plunder_jobs
-WHERE id IN (
-    SELECT id FROM plunder_jobs
-    WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
-      AND finished_at < :now - :older_than
-    ORDER BY id LIMIT :limit)
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+  AND finished_at < :now - :older_than
 RETURNING id;
 
 -- name: lease_check

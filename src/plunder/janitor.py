@@ -5,7 +5,8 @@
    renew our lease (or acquire it when free or expired; the term grows at every new holder)
    └─ held? ── reap dead sessions ─▶ time out late jobs ─▶ prune old finished jobs
                (hourly, or at every pass while a backlog is left)
-               each one transaction that first checks (lease, holder, term) in the database
+               each write in a transaction that first checks (lease, holder, term) in the
+               database (pruning finds its jobs with a read before that transaction)
 ```
 
 Every process may run a janitor; only the lease holder acts. When the holder dies, its
@@ -76,7 +77,8 @@ class Timeouts:
 @dataclass
 class Pruner:
     """Deletes finished jobs (and their runs and stream events) older than the retention,
-    at most ``limit`` a pass, in a transaction of its own. While passes come back full, a
+    at most ``limit`` a pass (found by a read, then deleted under the fence in a transaction
+    of their own; see Store.job_prune_many). While passes come back full, a
     backlog is left, and the next pass prunes again; otherwise at most once per ``every``
     seconds (finding nothing to prune reads the whole table)."""
 

@@ -193,6 +193,61 @@ def test_a_claim_below_many_levels_still_takes_the_best_due_jobs(store: Store) -
     assert [j.id for j in got] == [due[0].id, due[2].id, due[1].id, due[3].id]
 
 
+def _counters(
+    probe: Any, end_a_transaction: Callable[[], object], index: str | None = "plunder_jobs_pkey"
+) -> tuple[int, int]:
+    """The server's counters of plunder_jobs: index entries read (through ``index``, or
+    through every index of the table), and rows read by sequential scans. A backend reports
+    its counters at the end of a transaction a second or more after its last report: wait,
+    then end one more."""
+    time.sleep(1.1)
+    end_a_transaction()
+    time.sleep(0.3)
+    probe.execute("SELECT pg_stat_clear_snapshot()")
+    row = probe.execute(
+        "SELECT sum(i.idx_tup_read), max(coalesce(t.seq_tup_read, 0)) "
+        "FROM pg_stat_user_indexes AS i JOIN pg_stat_user_tables AS t USING (relid) "
+        "WHERE t.relname = 'plunder_jobs' AND i.indexrelname = coalesce(%s, i.indexrelname)",
+        (index,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_a_prepared_next_due_reads_a_few_entries_on_a_deep_queue(
+    store_url: str, backend: str
+) -> None:
+    """When the next job is due, read by a prepared statement (one generic plan, as plunder's
+    PostgreSQL connections run it): a few index entries per read, no sequential scan, with
+    10,000 jobs due now in another queue and 10,000 due tomorrow in its own."""
+    if backend != "postgres":
+        pytest.skip("generic plans of prepared statements are PostgreSQL's")
+    import psycopg
+
+    setup = open_store(store_url)
+    for queue, delay in (("other", 0.0), ("mine", DAY)):
+        setup.job_enqueue_ids([JobSpec("t", [i], queue=queue, delay=delay) for i in range(10_000)])
+    setup.close()
+    probe = psycopg.connect(store_url, autocommit=True)
+    probe.execute("ANALYZE plunder_jobs")
+    reader = open_store(store_url, pool_size=1)  # one connection: the one that prepares
+
+    def due() -> object:
+        return reader.job_next_due(queues=["mine"], tasks=["t"])
+
+    try:
+        assert all(due() is not None for _ in range(8))  # prepared after five runs
+        reads, scanned = _counters(probe, due, index=None)
+        for _ in range(10):
+            due()
+        reads_after, scanned_after = _counters(probe, due, index=None)
+    finally:
+        reader.close()
+        probe.close()
+    assert scanned_after - scanned == 0
+    assert reads_after - reads <= 11 * 10, reads_after - reads
+
+
 def test_a_prepared_claim_finds_its_jobs_by_key_on_a_deep_queue(
     store: Store, store_url: str, backend: str
 ) -> None:
@@ -217,19 +272,7 @@ def test_a_prepared_claim_finds_its_jobs_by_key_on_a_deep_queue(
         return len(claim(claims, session, queues=["mine"], limit=limit))
 
     def counters() -> tuple[int, int]:
-        # a backend reports its counters at the end of a transaction a second or more
-        # after its last report: wait, then end one more (a claim of one job)
-        time.sleep(1.1)
-        take(1)
-        time.sleep(0.3)
-        probe.execute("SELECT pg_stat_clear_snapshot()")
-        row = probe.execute(
-            "SELECT i.idx_tup_read, coalesce(t.seq_tup_read, 0) FROM pg_stat_user_indexes AS i "
-            "JOIN pg_stat_user_tables AS t USING (relid) "
-            "WHERE i.indexrelname = 'plunder_jobs_pkey'"
-        ).fetchone()
-        assert row is not None
-        return int(row[0]), int(row[1])
+        return _counters(probe, lambda: take(1))
 
     try:
         assert sum(take(20) for _ in range(8)) == 160  # prepared after five runs

@@ -49,6 +49,15 @@ def test_the_earliest_served_job_is_what_counts(store: Store) -> None:
     assert both == pytest.approx(2.0, abs=1e-3)
 
 
+def test_a_job_overdue_longest_counts_in_whichever_order_the_queues_come(store: Store) -> None:
+    t0 = store.now()
+    enqueue(store, JobSpec("t", [1], queue="a", delay=1.0), now=t0)
+    enqueue(store, JobSpec("t", [2], queue="b"), now=t0)
+    for queues in (["a", "b"], ["b", "a"]):
+        due = store.job_next_due(queues=queues, tasks=["t"], now=later(t0, 5.0))
+        assert due == pytest.approx(-5.0, abs=1e-3), queues
+
+
 def test_the_earliest_job_below_many_levels_counts(store: Store) -> None:
     """More levels than a claim probes one by one, all due later: the earliest job is
     below them (found by the walk of the rest of the queue)."""
@@ -69,9 +78,9 @@ def test_next_due_agrees_with_the_pending_jobs_across_queues_levels_and_tasks(
 ) -> None:
     """Random mixes against the rule, with some jobs claimed; every other round has more
     priority levels than a claim reads one by one."""
-    rng = random.Random(11)
     t0 = store.now()
-    for round_ in range(12):
+    for round_ in range(40):
+        rng = random.Random(round_)
         queues = [f"q{round_}-{n}" for n in range(3)]
         levels = (-3, 0, 0, 1, 7) if round_ % 2 else tuple(range(-25, 26))
         specs = [

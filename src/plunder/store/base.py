@@ -224,7 +224,8 @@ class Store(Protocol):
     ) -> float | None:
         """Seconds until the earliest pending job for these queues and tasks is due (zero or
         less: due now; None: there is none). What it reads does not grow with other queues'
-        jobs nor with the jobs due later."""
+        jobs, nor with the jobs due later than the earliest of each priority level (the
+        first CLAIM_LEVELS levels; below them, the rest of the queue is read in one go)."""
         ...
 
     # -- janitor -------------------------------------------------------------------------

@@ -174,8 +174,8 @@ class Engine(ABC):
     @abstractmethod
     def _next_due(self, tx: Tx, queues: list[str], tasks: list[str], clock: Any) -> float | None:
         """job_next_due's reading in ``tx``: as a claim reads, each queue on its own, one
-        priority level at a time, so that it does not grow with other queues' jobs nor
-        with the jobs due later."""
+        priority level at a time (the first CLAIM_LEVELS one by one, the rest in one go),
+        and in each level the earliest job of a served task."""
 
     def _turn_at_once(
         self,

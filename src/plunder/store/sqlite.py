@@ -578,7 +578,7 @@ class SqliteStore(SQLStore):
         """A loop, as the claim's (``_claim_rows``): for each queue, its priority levels
         best first (``job_claim_level``) and the earliest job of a served task in each
         (``job_next_due_level``, one probe); below the CLAIM_LEVELS-th level, the rest of
-        the queue in one walk (``job_next_due_rest``). A job due now ends the search."""
+        the queue in one walk (``job_next_due_rest``)."""
         names = self._list_in(tasks)
         earliest = math.inf
         for queue in queues:
@@ -595,8 +595,6 @@ class SqliteStore(SQLStore):
                 row = tx.one("job_next_due_rest", queue=queue, below=below, tasks=names)
                 if row is not None and row["run_at"] is not None:
                     earliest = min(earliest, float(row["run_at"]))
-            if earliest <= clock:
-                break
         return None if earliest == math.inf else earliest - clock
 
     def _time(self, value: Any) -> datetime:

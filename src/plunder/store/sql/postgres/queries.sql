@@ -742,9 +742,10 @@ SELECT pg_notify(%(channel)s, %(payload)s);
 -- due (zero or less: due now), so it can sleep until then instead of ticking. Read as a
 -- claim reads: each queue on its own, one priority level at a time (`levels`), and in
 -- each level the earliest job of a task the worker runs, one probe (a level's pending jobs
--- are in run_at order in plunder_jobs_claim). So what it reads does not grow with other
--- queues' jobs, nor with the jobs due later behind the first. Below the last of the
--- `levels` levels, the rest of the queue is read in one go, as the claim's rest is.
+-- are in run_at order in plunder_jobs_claim; jobs of other tasks before it are stepped
+-- over). So what it reads does not grow with other queues' jobs, nor with the jobs due
+-- later behind the first of each level. Below the last of the `levels` levels, the rest
+-- of the queue is read in one go (all of it: a minimum cannot stop early).
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 SELECT extract(epoch FROM min(d.run_at) - min(clock.now))::float8 AS due_in
 FROM clock, unnest(%(queues)s::text[]) AS q(name)

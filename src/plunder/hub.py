@@ -14,6 +14,15 @@ worker slot and every result or stream waiter in that process.
 Notifications only lower latency. Every waiter also re-checks the database at least every
 ``poll_interval``, so a lost notification (a reconnect, a pooler that drops LISTEN)
 delays work by at most that long and never loses it.
+
+The hub LISTENs only on the channels someone in its process watches: ``plunder_enqueued``
+while workers serve queues, ``plunder_done`` and ``plunder_stream`` while anyone waits for
+a result or follows a stream, and for LINGER seconds after the last one left (so a loop
+of waits does not LISTEN and UNLISTEN at every job). Every worker's turn names the jobs it
+completed on ``plunder_done``; a worker process that listened there would receive the
+turns of every other worker. A watch on a channel not yet listened on interrupts the wait
+in progress; once the LISTEN is in place, everyone watching the channel re-checks, so
+nothing that happened between their own check and the LISTEN goes unseen.
 """
 
 from __future__ import annotations
@@ -27,10 +36,12 @@ from typing import Any
 
 from plunder import errors
 from plunder.store.base import Notifications, Store
+from plunder.store.engine import CHANNEL_DONE, CHANNEL_ENQUEUED, CHANNEL_STREAM
 
 log = logging.getLogger("plunder.hub")
 Callback = Callable[[], None]
 MAX_WAIT = 0.5  # the hub thread looks at its stop flag and periodic calls at least this often
+LINGER = 60.0  # seconds a channel stays listened on after the last one watching it left
 
 
 def _name(call: Callable[..., Any]) -> str:
@@ -63,6 +74,8 @@ class Hub:
         self._jobs: dict[int, list[Callback]] = {}
         self._streams: dict[int, list[Callback]] = {}
         self._periodic: list[_Periodic] = []
+        self._needed: dict[str, float] = {}  # channel -> when someone last watched it
+        self._listening: frozenset[str] | None = None  # what the current wait listens on
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.wakeups = 0
@@ -79,6 +92,7 @@ class Hub:
 
     def close(self) -> None:
         self._stop.set()
+        self._notes.interrupt()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
@@ -89,6 +103,7 @@ class Hub:
         """Call ``callback`` when work may have appeared in one of ``queues``."""
         with self._lock:
             self._work.append((frozenset(queues), callback))
+            self._need(CHANNEL_ENQUEUED)
         self.start()
 
     def watch(self, kind: str, job_id: int, callback: Callback) -> Callable[[], None]:
@@ -97,6 +112,7 @@ class Hub:
         table = self._jobs if kind == "done" else self._streams
         with self._lock:
             table.setdefault(job_id, []).append(callback)
+            self._need(CHANNEL_DONE if kind == "done" else CHANNEL_STREAM)
         self.start()
 
         def cancel() -> None:
@@ -121,6 +137,25 @@ class Hub:
             self._periodic.append(_Periodic(interval, call, deadline))
         self.start()
 
+    def _need(self, channel: str) -> None:
+        """Under the lock: ``channel`` is watched; a wait that does not listen on it ends
+        now, and the next one LISTENs there."""
+        self._needed[channel] = time.monotonic()
+        if self._listening is not None and channel not in self._listening:
+            self._notes.interrupt()
+
+    def _channels(self) -> frozenset[str]:
+        """Under the lock: the channels to listen on, watched now or within LINGER."""
+        now = time.monotonic()
+        for channel, watchers in (
+            (CHANNEL_ENQUEUED, self._work),
+            (CHANNEL_DONE, self._jobs),
+            (CHANNEL_STREAM, self._streams),
+        ):
+            if watchers:
+                self._needed[channel] = now
+        return frozenset(c for c, at in self._needed.items() if now - at < LINGER)
+
     # -- the thread -----------------------------------------------------------------------
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -134,8 +169,9 @@ class Hub:
         self._run_periodic()
         with self._lock:
             next_due = min((p.due for p in self._periodic), default=None)
+            channels = self._listening = self._channels()
         wait = MAX_WAIT if next_due is None else min(MAX_WAIT, next_due - time.monotonic())
-        notes = self._notes.wait(max(0.0, wait))
+        notes = self._notes.wait(max(0.0, wait), channels)
         if notes:
             self._dispatch(notes)
 
@@ -174,13 +210,16 @@ class Hub:
                     callbacks += [cb for _, cb in self._work]
                     callbacks += [cb for cbs in self._jobs.values() for cb in cbs]
                     callbacks += [cb for cbs in self._streams.values() for cb in cbs]
-                elif channel == "plunder_enqueued":
-                    queues = set(note.split(","))  # "*": too many queues to name
+                elif channel == CHANNEL_ENQUEUED:
+                    # "*": too many queues to name, or listened on anew
+                    queues = set(note.split(","))
                     callbacks += [
                         cb for wanted, cb in self._work if "*" in queues or wanted & queues
                     ]
                 else:
-                    table = self._jobs if channel == "plunder_done" else self._streams
+                    table = self._jobs if channel == CHANNEL_DONE else self._streams
+                    if note == "*":  # listened on anew: everyone watching re-checks
+                        callbacks += [cb for cbs in table.values() for cb in cbs]
                     for item in note.split(","):
                         if item.isdigit():
                             callbacks += table.get(int(item), [])

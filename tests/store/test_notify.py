@@ -1,10 +1,12 @@
 """What result waiters are told on PostgreSQL: every job an acknowledgement completes is
 named once on ``plunder_done`` when it commits, in notifications under the 8000-byte
 limit, whether the acknowledgement is a statement on its own or part of a worker's turn;
-a retried acknowledgement tells nobody again."""
+a retried acknowledgement tells nobody again. A listener hears only the channels it asks
+for, and a wait ends early when another thread interrupts it."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -13,7 +15,9 @@ import pytest
 from plunder.model import Completion, JobSpec
 from plunder.store import Store
 from plunder.store.base import Notifications
-from tests.store.helpers import claim, enqueue, open_session
+from tests.store.helpers import claim, complete, enqueue, open_session
+
+EVERY = ["plunder_enqueued", "plunder_done", "plunder_stream"]
 
 
 @pytest.fixture
@@ -64,3 +68,46 @@ def test_a_turn_names_the_jobs_it_completed(store: Store, notes: Notifications) 
     )
     assert len(turn.completed.accepted) == 2 and len(turn.claimed) == 2
     assert sorted(int(i) for p in told(notes, 2) for i in p.split(",")) == [j.id for j in first]
+
+
+def _listening(notes: Notifications) -> set[str]:
+    return {row[0] for row in notes.connection.execute("SELECT pg_listening_channels()")}
+
+
+def test_a_listener_hears_only_the_channels_it_asks_for(store: Store, notes: Notifications) -> None:
+    work = ["plunder_enqueued"]
+    assert notes.wait(0.0, work) == []
+    assert _listening(notes) == {"plunder_enqueued"}
+    enqueue(store, JobSpec("t", [1]), JobSpec("t", [2]))
+    first, second = claim(store, open_session(store), limit=2)
+    assert complete(store, first.claim)
+    heard: list[tuple[str, str]] = []
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        heard += notes.wait(0.1, work)
+    assert ("plunder_enqueued", "default") in heard
+    assert not [note for note in heard if note[0] != "plunder_enqueued"], heard
+    # listened on anew: whatever it said before is lost, so "re-check", then what comes
+    assert notes.wait(0.0, EVERY) == [("plunder_done", "*"), ("plunder_stream", "*")]
+    assert _listening(notes) == set(EVERY)
+    assert complete(store, second.claim)
+    assert told(notes, 1) == [str(second.id)]
+    with pytest.raises(ValueError, match="not plunder's channels"):
+        notes.wait(0.0, ["plunder_enqueued", "pg_temp"])
+    assert _listening(notes) == set(EVERY)
+
+
+def test_an_interrupt_ends_a_wait_at_once(notes: Notifications) -> None:
+    timer = threading.Timer(0.3, notes.interrupt)
+    timer.start()
+    started = time.monotonic()
+    try:
+        assert notes.wait(30.0) == []
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < 5.0
+    notes.interrupt()  # before the wait: the next one ends at once
+    started = time.monotonic()
+    assert notes.wait(30.0) == []
+    assert time.monotonic() - started < 1.0
+    assert notes.wait(0.2) == []  # and only that one: nothing is left pending

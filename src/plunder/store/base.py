@@ -17,7 +17,7 @@ Conventions every implementation keeps (the contract suite in ``tests/store`` ch
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
@@ -61,9 +61,17 @@ class Notifications(Protocol):
         ``calls_cut()`` ends the call too."""
         ...
 
-    def wait(self, timeout: float) -> list[tuple[str, str]]:
-        """Up to ``timeout`` seconds; ``(channel, payload)`` pairs, where ``("*", "")``
-        means "something may have changed (or notifications were lost): re-check"."""
+    def wait(
+        self, timeout: float, channels: Collection[str] | None = None
+    ) -> list[tuple[str, str]]:
+        """Up to ``timeout`` seconds, listening on ``channels`` (None: all of plunder's);
+        ``(channel, payload)`` pairs, where ``("*", "")`` means "something may have
+        changed (or notifications were lost): re-check", and ``(channel, "*")`` the same
+        for everyone watching that channel (listened on anew)."""
+        ...
+
+    def interrupt(self) -> None:
+        """End the wait in progress (or the next one) early; callable from any thread."""
         ...
 
     def close(self) -> None: ...

@@ -31,10 +31,11 @@ import logging
 import os
 import secrets
 import select
+import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -143,11 +144,18 @@ def _options(settings: dict[str, int]) -> str:
 
 
 class PgNotifications:
-    """One dedicated connection: LISTENs on plunder's channels, and lends itself to the
-    owner's light periodic calls (heartbeats) between waits.
+    """One dedicated connection: LISTENs on the channels its owner asks for, and lends
+    itself to the owner's light periodic calls (heartbeats) between waits.
 
     Notifications are lost while the connection is down, so after every reconnect it
-    LISTENs first and then reports ``("*", "")``: "re-check everything once".
+    LISTENs first and then reports ``("*", "")``: "re-check everything once". A channel
+    listened on anew reports ``(channel, "*")``: whatever it said before is lost, so
+    everyone watching it re-checks once.
+
+    The channels are the owner's to choose because every notification costs each listener:
+    each worker's turn names the jobs it completed on ``plunder_done``, and a process that
+    listened there whether or not it waited for a result would receive (and its server
+    backend would send) the turns of every worker of the cluster.
 
     Before LISTENing it checks that notifications reach this connection at all: a probe
     NOTIFY is sent from a second, short-lived connection, and the waits that follow look
@@ -184,6 +192,11 @@ class PgNotifications:
         self._url = url
         self._down_since: float | None = None  # when reconnecting began to fail
         self._probe: tuple[str, float] | None = None  # token, deadline (monotonic)
+        self._listening: frozenset[str] = frozenset()  # LISTENed on this connection
+        # interrupt() ends a wait from another thread: one byte on a socket it watches
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
 
     @contextmanager
     def connection_for(self, timeout: float | None) -> Iterator[psycopg.Connection[Any]]:
@@ -202,7 +215,7 @@ class PgNotifications:
         return self._conn
 
     def _connect(self) -> None:
-        self.close()
+        self._disconnect()
         try:
             conn = _Connection.connect(self._conninfo, **self._kwargs)
         except psycopg.Error as exc:
@@ -232,12 +245,12 @@ class PgNotifications:
                 conn.execute(f"LISTEN {PROBE_CHANNEL}")
         except psycopg.Error as exc:
             if conn.broken:
-                self.close()
+                self._disconnect()
                 raise errors.StoreBusy(f"lost the listening connection: {exc}") from exc
             self._stop_listening()  # the database refuses LISTEN itself
             return
         except errors.StoreBusy:
-            self.close()
+            self._disconnect()
             raise
         token = secrets.token_hex(8)
         try:
@@ -248,13 +261,15 @@ class PgNotifications:
             ) as other:
                 other.execute("SELECT pg_notify(%s, %s)", (PROBE_CHANNEL, token))
         except psycopg.Error as exc:  # tried again on the next reconnect
-            self.close()
+            self._disconnect()
             raise errors.StoreBusy(f"cannot probe LISTEN/NOTIFY: {exc}") from exc
         self._probe = (token, time.monotonic() + self.PROBE_TIMEOUT)
 
-    def _await_probe(self, conn: psycopg.Connection[Any], timeout: float) -> None:
-        """Wait up to ``timeout`` for the probe: once it came back, LISTEN on plunder's
-        channels; once its time is up, poll only."""
+    def _await_probe(
+        self, conn: psycopg.Connection[Any], timeout: float, channels: frozenset[str]
+    ) -> None:
+        """Wait up to ``timeout`` for the probe: once it came back, LISTEN on ``channels``;
+        once its time is up, poll only."""
         assert self._probe is not None
         token, deadline = self._probe
         wait = max(0.0, min(timeout, deadline - time.monotonic()))
@@ -264,8 +279,7 @@ class PgNotifications:
         ):
             self._probe = None
             conn.execute(f"UNLISTEN {PROBE_CHANNEL}")
-            for channel in CHANNELS:
-                conn.execute(f"LISTEN {channel}")
+            self._relisten(conn, channels)
             self._fresh = True
         elif time.monotonic() >= deadline:
             self._probe = None
@@ -280,42 +294,90 @@ class PgNotifications:
         self.listen = False
         self._fresh = True
 
-    def wait(self, timeout: float) -> list[tuple[str, str]]:
-        """Wait up to ``timeout`` seconds; return the notifications that arrived."""
+    def wait(
+        self, timeout: float, channels: Collection[str] | None = None
+    ) -> list[tuple[str, str]]:
+        """Wait up to ``timeout`` seconds (less if interrupted), LISTENing on ``channels``
+        (None: all of plunder's); return the notifications that arrived."""
+        wanted = frozenset(CHANNELS if channels is None else channels)
+        if not wanted <= set(CHANNELS):
+            raise ValueError(f"not plunder's channels: {sorted(wanted - set(CHANNELS))}")
         try:
-            conn = self.connection
-            if self._probe is not None:
-                self._await_probe(conn, timeout)
-            if self._fresh:
-                self._fresh = False
-                return [("*", "")]
-            if self._probe is not None:
-                return []
-            if not self.listen:
-                time.sleep(timeout)
-                return []
-            got = [
-                (n.channel, n.payload)
-                for n in conn.notifies(timeout=max(0.0, timeout), stop_after=1)
-            ]
-            if got:
-                got += [(n.channel, n.payload) for n in conn.notifies(timeout=0.0)]
-            return got
+            return self._wait(timeout, wanted)
         except psycopg.Error as exc:
             log.warning("listening connection lost (%s); reconnecting", str(exc).strip())
-            self.close()
-            time.sleep(min(timeout, 0.5))
+            self._disconnect()
+            self._sleep(min(timeout, 0.5))
             return []
         except errors.StoreBusy as exc:  # _connect said so, once per outage
             log.debug("%s", exc)
-            time.sleep(min(timeout, 0.5))
+            self._sleep(min(timeout, 0.5))
             return []
 
-    def close(self) -> None:
+    def _wait(self, timeout: float, wanted: frozenset[str]) -> list[tuple[str, str]]:
+        conn = self.connection
+        if self._probe is not None:
+            self._await_probe(conn, timeout, wanted)
+        if self._fresh:
+            self._fresh = False
+            return [("*", "")]
+        if self._probe is not None:
+            return []
+        if not self.listen:
+            self._sleep(timeout)
+            return []
+        added = self._relisten(conn, wanted)
+        if added:
+            return [(channel, "*") for channel in added]
+        got = self._arrived(conn)  # including any that came during a periodic call
+        if not got and timeout > 0 and self._sleep(timeout, conn):
+            got = self._arrived(conn)
+        return got
+
+    def interrupt(self) -> None:
+        """End the wait in progress, or the next one, now (from any thread)."""
+        # a full socket holds wake-ups enough: the next wait ends at once
+        with suppress(BlockingIOError):
+            self._wake_w.send(b"\0")
+
+    def _relisten(self, conn: psycopg.Connection[Any], wanted: frozenset[str]) -> list[str]:
+        """LISTEN on what is wanted and UNLISTEN the rest; return the channels added."""
+        gone, added = sorted(self._listening - wanted), sorted(wanted - self._listening)
+        if gone or added:
+            with _deadline(self._deadlines, conn, self._kwargs["connect_timeout"], self._url):
+                for channel in gone:
+                    conn.execute(f"UNLISTEN {channel}")
+                for channel in added:
+                    conn.execute(f"LISTEN {channel}")
+            self._listening = wanted
+        return added
+
+    def _arrived(self, conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
+        return [(n.channel, n.payload) for n in conn.notifies(timeout=0.0)]
+
+    def _sleep(self, timeout: float, conn: psycopg.Connection[Any] | None = None) -> bool:
+        """Until ``timeout`` passes, an interrupt() or (with ``conn``) something to read on
+        the connection; True in that last case."""
+        fd = None if conn is None else _socket(conn)
+        watched: list[Any] = [self._wake_r] if fd is None else [self._wake_r, fd]
+        ready, _, _ = select.select(watched, [], [], max(0.0, timeout))
+        if self._wake_r in ready:
+            with suppress(BlockingIOError):  # until none is left
+                while self._wake_r.recv(4096):
+                    pass
+        return fd is not None and fd in ready
+
+    def _disconnect(self) -> None:
         conn, self._conn = self._conn, None
         self._probe = None
+        self._listening = frozenset()
         if conn is not None:
             conn.close()
+
+    def close(self) -> None:
+        self._disconnect()
+        self._wake_r.close()
+        self._wake_w.close()
 
 
 class PostgresStore(SQLStore):

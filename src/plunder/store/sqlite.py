@@ -24,7 +24,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -334,7 +334,11 @@ class SqliteNotifications:
     def _data_version(self) -> int:
         return int(self.connection.execute("PRAGMA data_version").fetchone()[0])
 
-    def wait(self, timeout: float) -> list[tuple[str, str]]:
+    def wait(
+        self, timeout: float, channels: Collection[str] | None = None
+    ) -> list[tuple[str, str]]:
+        """Up to ``timeout`` seconds. Any commit says "re-check" to every channel, so
+        ``channels`` changes nothing here."""
         if not self.listen:
             time.sleep(timeout)
             return []
@@ -357,6 +361,10 @@ class SqliteNotifications:
             self.close()
             time.sleep(min(timeout, 0.5))
             return []
+
+    def interrupt(self) -> None:
+        """Nothing to do: a wait looks again every POLL_STEP, and reports the commit that
+        gave a waiter its reason to interrupt."""
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

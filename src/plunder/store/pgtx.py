@@ -81,9 +81,10 @@ class PgTx:
     def table(self, name: str, /, **params: Any) -> tuple[list[str], list[Sequence[Any]]]:
         with self.conn.cursor(row_factory=tuple_row) as cur:
             cur.execute(self._sql[name], params)
-            if cur.description is None:
+            description = cur.description  # built anew at each call: 20 µs for a job's columns
+            if description is None:
                 return [], []
-            return [column.name for column in cur.description], list(cur.fetchall())
+            return [column.name for column in description], list(cur.fetchall())
 
     def batch(self, name: str, rows: Sequence[Mapping[str, Any]], /, **common: Any) -> list[Row]:
         if not rows:

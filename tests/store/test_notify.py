@@ -15,7 +15,7 @@ import pytest
 from plunder.model import Completion, JobSpec
 from plunder.store import Store
 from plunder.store.base import Notifications
-from tests.store.helpers import claim, complete, enqueue, open_session
+from tests.store.helpers import claim, complete, enqueue, open_session, raw_connect
 
 EVERY = ["plunder_enqueued", "plunder_done", "plunder_stream"]
 
@@ -111,3 +111,19 @@ def test_an_interrupt_ends_a_wait_at_once(notes: Notifications) -> None:
     assert notes.wait(30.0) == []
     assert time.monotonic() - started < 1.0
     assert notes.wait(0.2) == []  # and only that one: nothing is left pending
+
+
+def test_a_closed_listener_opens_no_connection(store_url: str, notes: Notifications) -> None:
+    """A thread of its owner that outlives close() (a heartbeat that overran the wait for
+    it) finds nothing to wait on, instead of a new connection nobody would close."""
+    notes.close()
+    notes.interrupt()
+    assert notes.wait(0.1) == []
+    conn = raw_connect(store_url)
+    try:
+        (count,) = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'test:listen'"
+        ).fetchone()
+    finally:
+        conn.close()
+    assert count == 0

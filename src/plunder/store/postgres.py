@@ -197,6 +197,7 @@ class PgNotifications:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
+        self._closed = False
 
     @contextmanager
     def connection_for(self, timeout: float | None) -> Iterator[psycopg.Connection[Any]]:
@@ -302,6 +303,8 @@ class PgNotifications:
         wanted = frozenset(CHANNELS if channels is None else channels)
         if not wanted <= set(CHANNELS):
             raise ValueError(f"not plunder's channels: {sorted(wanted - set(CHANNELS))}")
+        if self._closed:  # an owner's thread that outlived close(): no new connection
+            return []
         try:
             return self._wait(timeout, wanted)
         except psycopg.Error as exc:
@@ -336,6 +339,8 @@ class PgNotifications:
 
     def interrupt(self) -> None:
         """End the wait in progress, or the next one, now (from any thread)."""
+        if self._closed:
+            return
         # a full socket holds wake-ups enough: the next wait ends at once
         with suppress(BlockingIOError):
             self._wake_w.send(b"\0")
@@ -375,6 +380,7 @@ class PgNotifications:
             conn.close()
 
     def close(self) -> None:
+        self._closed = True
         self._disconnect()
         self._wake_r.close()
         self._wake_w.close()

@@ -96,7 +96,9 @@ class Hub:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
-        self._notes.close()
+        if thread is None or not thread.is_alive():
+            self._notes.close()
+        # else the thread closes it as it ends (a call of its own outlasted the join)
 
     # -- registrations --------------------------------------------------------------------
     def on_work(self, queues: list[str], callback: Callback) -> None:
@@ -135,6 +137,8 @@ class Hub:
         would otherwise stop the hub, and every later call, for good."""
         with self._lock:
             self._periodic.append(_Periodic(interval, call, deadline))
+            if self._listening is not None:
+                self._notes.interrupt()  # the wait under way ends now: the call is due
         self.start()
 
     def _need(self, channel: str) -> None:
@@ -158,12 +162,16 @@ class Hub:
 
     # -- the thread -----------------------------------------------------------------------
     def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._turn()
-            except Exception:  # the hub carries heartbeats: it must outlive any one failure
-                log.exception("hub: a wait or dispatch failed; going on")
-                self._stop.wait(MAX_WAIT)
+        try:
+            while not self._stop.is_set():
+                try:
+                    self._turn()
+                except Exception:  # the hub carries heartbeats: it must outlive any failure
+                    log.exception("hub: a wait or dispatch failed; going on")
+                    self._stop.wait(MAX_WAIT)
+        finally:
+            if self._stop.is_set():
+                self._notes.close()
 
     def _turn(self) -> None:
         self._run_periodic()

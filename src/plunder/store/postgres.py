@@ -210,6 +210,8 @@ class PgNotifications:
     @property
     def connection(self) -> psycopg.Connection[Any]:
         """The connection, reconnected (and re-LISTENed) if it was lost."""
+        if self._closed:
+            raise errors.StoreBusy("the listening connection was closed")
         if self._conn is None or self._conn.closed or self._conn.broken:
             self._connect()
         assert self._conn is not None
@@ -341,8 +343,9 @@ class PgNotifications:
         """End the wait in progress, or the next one, now (from any thread)."""
         if self._closed:
             return
-        # a full socket holds wake-ups enough: the next wait ends at once
-        with suppress(BlockingIOError):
+        # BlockingIOError: a full socket holds wake-ups enough, the next wait ends at once;
+        # OSError: closed meanwhile, and nothing waits any more
+        with suppress(OSError):
             self._wake_w.send(b"\0")
 
     def _relisten(self, conn: psycopg.Connection[Any], wanted: frozenset[str]) -> list[str]:
@@ -363,14 +366,18 @@ class PgNotifications:
     def _sleep(self, timeout: float, conn: psycopg.Connection[Any] | None = None) -> bool:
         """Until ``timeout`` passes, an interrupt() or (with ``conn``) something to read on
         the connection; True in that last case."""
+        poller = select.poll()  # not select: descriptors past its limit (see _spoken_to)
+        wake = self._wake_r.fileno()
+        poller.register(wake, select.POLLIN)
         fd = None if conn is None else _socket(conn)
-        watched: list[Any] = [self._wake_r] if fd is None else [self._wake_r, fd]
-        ready, _, _ = select.select(watched, [], [], max(0.0, timeout))
-        if self._wake_r in ready:
+        if fd is not None:
+            poller.register(fd, select.POLLIN)
+        ready = {ready_fd for ready_fd, _ in poller.poll(max(0.0, timeout) * 1000)}
+        if wake in ready:
             with suppress(BlockingIOError):  # until none is left
                 while self._wake_r.recv(4096):
                     pass
-        return fd is not None and fd in ready
+        return fd in ready
 
     def _disconnect(self) -> None:
         conn, self._conn = self._conn, None

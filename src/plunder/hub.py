@@ -94,11 +94,12 @@ class Hub:
         self._stop.set()
         self._notes.interrupt()
         thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5)
-        if thread is None or not thread.is_alive():
+        if thread is None:
             self._notes.close()
-        # else the thread closes it as it ends (a call of its own outlasted the join)
+        elif thread is not threading.current_thread():
+            # the thread closes the listener as it ends, also when a call of its own
+            # outlasts this join (closing it under that call would not end the call)
+            thread.join(timeout=5)
 
     # -- registrations --------------------------------------------------------------------
     def on_work(self, queues: list[str], callback: Callback) -> None:
@@ -170,8 +171,7 @@ class Hub:
                     log.exception("hub: a wait or dispatch failed; going on")
                     self._stop.wait(MAX_WAIT)
         finally:
-            if self._stop.is_set():
-                self._notes.close()
+            self._notes.close()
 
     def _turn(self) -> None:
         self._run_periodic()

@@ -83,6 +83,7 @@ class System:
     extra: tuple[tuple[str, Any], ...] = ()  # added to each run's Params.extra
 
 
+LANES = "-c 200 --lanes 2"
 SYSTEMS = {
     s.name: s
     for s in [
@@ -102,6 +103,16 @@ SYSTEMS = {
             "as plunder_pg, with `--parallel-acks`: acknowledgements on a connection of "
             "their own while the next jobs are claimed (3 connections per worker instead of 2)",
             extra=(("worker_args", ["--parallel-acks"]),),
+        ),
+        System(
+            "plunder_pg_lanes",
+            "pg",
+            False,
+            {k: v for k, v in PG_SCENARIOS.items() if k in ("2", "3")},
+            "as plunder_pg, with `-c 200 --lanes 2`: each worker process runs two lanes of "
+            "100 slots, each with its own session and connection, so that one lane's turn is "
+            "at the database while the other's jobs run (2 connections per worker for work)",
+            extra=(("worker_args", LANES.split()),),
         ),
         System(
             "raw_pg",
@@ -432,6 +443,23 @@ def targets(medians: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             get("raw_pg", drain),
             0.5,
         )
+    # the same drains with a worker's options for short jobs (nothing turned off)
+    for system, flags in (("plunder_pg_parallel", "--parallel-acks"), ("plunder_pg_lanes", LANES)):
+        for drain in ("drain_1", "drain_2"):
+            procs = drain[-1]
+            mine = get(system, drain)
+            ratio(
+                f"plunder drain ({procs} proc, `{flags}`) ≥ 2.0× PgQueuer",
+                mine,
+                get("pgqueuer", drain),
+                2.0,
+            )
+            ratio(
+                f"plunder drain ({procs} proc, `{flags}`) ≥ 0.5× raw bound",
+                mine,
+                get("raw_pg", drain),
+                0.5,
+            )
     ratio(
         "latency p50 ≤ 1.5× raw LISTEN/NOTIFY bound",
         get("plunder_pg", "latency", "p50"),

@@ -18,6 +18,7 @@ from bench.common import BenchError, Params, emit
 MODULES = {
     "plunder_pg": "bench.systems.plunder",
     "plunder_pg_parallel": "bench.systems.plunder",
+    "plunder_pg_lanes": "bench.systems.plunder",
     "plunder_sqlite": "bench.systems.plunder",
     "raw_pg": "bench.systems.raw_pg",
     "raw_sqlite": "bench.systems.raw_sqlite",

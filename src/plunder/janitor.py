@@ -31,6 +31,7 @@ from datetime import datetime
 from plunder import errors
 from plunder.config import Settings
 from plunder.model import Lease, SweepResult
+from plunder.store import open_store
 from plunder.store.base import Store
 
 log = logging.getLogger("plunder.janitor")
@@ -52,6 +53,17 @@ def store_options(settings: Settings) -> dict[str, float]:
         "idle_timeout": ttl,
         "connect_timeout": max(2.0, settings.session_expiry),
     }
+
+
+def own_store(settings: Settings, application_name: str) -> Callable[[], Store]:
+    """How a janitor inside a worker opens a store of its own (one connection, open only
+    while it holds the lease)."""
+
+    def open_own() -> Store:
+        options = store_options(settings)
+        return open_store(settings.url, pool_size=1, application_name=application_name, **options)
+
+    return open_own
 
 
 @dataclass(frozen=True)

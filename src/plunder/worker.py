@@ -39,10 +39,10 @@ from typing import Any
 from plunder import errors, payload, policy
 from plunder.acker import ACK_BATCH, Acker
 from plunder.app import App
+from plunder.config import Settings
 from plunder.context import Context
 from plunder.execution import AsyncRunner, Handle, Outcome, ProcessRunner, ThreadRunner
-from plunder.janitor import Janitor
-from plunder.janitor import store_options as janitor_store_options
+from plunder.janitor import Janitor, own_store
 from plunder.model import (
     AckResult,
     Claim,
@@ -55,7 +55,7 @@ from plunder.model import (
     build_completion,
 )
 from plunder.states import Outcome as RunOutcome
-from plunder.store import Store, open_store
+from plunder.store import Store
 
 log = logging.getLogger("plunder.worker")
 STREAM_INTERVAL = 0.05
@@ -63,6 +63,29 @@ ACK_LINGER = 0.002  # seconds a turn may wait for more results to send with it
 RECONNECT_CAP = policy.RECONNECT_CAP
 MIN_WAIT = 0.05  # a due job we could not claim (locked, or left to other workers): look again
 BACKLOG = 4 * ACK_BATCH  # results handed to the acker and not yet written: claim no more
+
+
+def deadline_options(settings: Settings) -> dict[str, float]:
+    """Deadlines of the worker's own database calls (claims, acknowledgements, streams;
+    heartbeats get theirs from the hub, the janitor's passes from the janitor): a peer
+    that hangs instead of failing would otherwise hold the calling thread for good.
+    Two session expiries are long for a database that still answers, however slowly
+    (a session lost meanwhile cuts every call in flight anyway). A connection that
+    takes longer than a session expiry to open is no use (the driver's minimum is 2 s):
+    after an outage, a connect attempt that started while the database was out of reach
+    must not hold up the recovery for long.
+
+    On the server's side, a transaction of this worker left idle for two session
+    expiries (its worker hung, or cut off in the middle of it) is ended, so that its
+    row locks cannot keep its jobs from being rescued for good; RELIABILITY.md
+    recommends the same for the server (10 s with the default 5 s expiry). A task's
+    own ``ctx.transaction()`` must not sit idle that long either."""
+    expiry = settings.session_expiry
+    return {
+        "call_timeout": 2 * expiry,
+        "connect_timeout": max(2.0, expiry),
+        "idle_timeout": 2 * expiry,
+    }
 
 
 @dataclass(frozen=True)
@@ -85,6 +108,11 @@ class WorkerOptions:
     # claimed (see plunder.acker); by default, in the claim's transaction, one connection less
     parallel_acks: bool = False
 
+    @property
+    def connections(self) -> int:
+        """The pooled connections the worker's own calls need (the hub's is the app's)."""
+        return 2 if self.parallel_acks else 1
+
 
 class Worker:
     def __init__(self, app: App, options: WorkerOptions | None = None) -> None:
@@ -101,9 +129,9 @@ class Worker:
             # the connection budget: one for work (+1 for acknowledgements with parallel
             # acks, see plunder.acker), one for the hub (+1 janitor, see there)
             app.set_store_options(
-                pool_size=2 if self.options.parallel_acks else 1,
+                pool_size=self.options.connections,
                 application_name=self._app_name,
-                **self._deadline_options,
+                **deadline_options(self.settings),
             )
         self.queues = list(self.options.queues or app.registry.queues())
         self.tasks = app.registry.names()
@@ -131,6 +159,9 @@ class Worker:
         self._stop = threading.Event()  # stop claiming, drain, exit
         self._halt = threading.Event()  # second signal: exit at once
         self._session_lost = threading.Event()
+        # the session is being closed: gone to the heartbeat, and nothing to cut (a lost
+        # session cuts the store's calls, and the store may serve other workers too)
+        self._closing = False
         self._stream_wake = threading.Event()
         self._services_stop = threading.Event()
         self._services: list[threading.Thread] = []
@@ -222,7 +253,7 @@ class Worker:
                 self.store,
                 self.settings,
                 holder=f"{self.name}:{id(self):x}",
-                own_store=self._janitor_store,
+                own_store=own_store(self.settings, f"{self._app_name}:janitor"),
             )
             self._services.append(
                 threading.Thread(
@@ -234,38 +265,6 @@ class Worker:
             )
         for thread in self._services:
             thread.start()
-
-    def _janitor_store(self) -> Store:
-        """The janitor's own connection, open only while it holds the lease."""
-        return open_store(
-            self.settings.url,
-            pool_size=1,
-            application_name=f"{self._app_name}:janitor",
-            **janitor_store_options(self.settings),
-        )
-
-    @property
-    def _deadline_options(self) -> dict[str, float]:
-        """Deadlines of the worker's own database calls (claims, acknowledgements, streams;
-        heartbeats get theirs from the hub, the janitor's passes from the janitor): a peer
-        that hangs instead of failing would otherwise hold the calling thread for good.
-        Two session expiries are long for a database that still answers, however slowly
-        (a session lost meanwhile cuts every call in flight anyway). A connection that
-        takes longer than a session expiry to open is no use (the driver's minimum is 2 s):
-        after an outage, a connect attempt that started while the database was out of reach
-        must not hold up the recovery for long.
-
-        On the server's side, a transaction of this worker left idle for two session
-        expiries (its worker hung, or cut off in the middle of it) is ended, so that its
-        row locks cannot keep its jobs from being rescued for good; RELIABILITY.md
-        recommends the same for the server (10 s with the default 5 s expiry). A task's
-        own ``ctx.transaction()`` must not sit idle that long either."""
-        expiry = self.settings.session_expiry
-        return {
-            "call_timeout": 2 * expiry,
-            "connect_timeout": max(2.0, expiry),
-            "idle_timeout": 2 * expiry,
-        }
 
     def _wake(self) -> None:
         """From the hub thread: work may have appeared in one of our queues."""
@@ -572,7 +571,7 @@ class Worker:
     def _beat(self, connection: Any) -> None:
         """On the hub thread, over the hub's dedicated connection."""
         session = self.session
-        if session is None or self._session_lost.is_set():
+        if session is None or self._session_lost.is_set() or self._closing:
             return
         with self._lock:
             claims = [h.ctx.claim for h in self._running.values()]
@@ -590,6 +589,8 @@ class Worker:
                 self._lose_session()
             return
         if not beat.alive:
+            if self._closing:  # closed by _close while the beat was on its way
+                return
             log.error("session %s is gone (expired or closed by the database clock)", session.id)
             self._lose_session()
             return
@@ -789,6 +790,7 @@ class Worker:
             )
             return
         if self.session is not None:
+            self._closing = True
             try:
                 released = self.store.session_close(self.session.id)
                 log.info(

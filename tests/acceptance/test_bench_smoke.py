@@ -15,7 +15,14 @@ sys.path.insert(0, str(ROOT))
 
 from bench import harness  # noqa: E402
 
-SYSTEMS = ["plunder_pg", "plunder_pg_parallel", "raw_pg", "plunder_sqlite", "raw_sqlite"]
+SYSTEMS = [
+    "plunder_pg",
+    "plunder_pg_parallel",
+    "plunder_pg_lanes",
+    "raw_pg",
+    "plunder_sqlite",
+    "raw_sqlite",
+]
 
 
 @pytest.mark.alone  # two PostgreSQL clusters' worth of processes: it starves its neighbours
@@ -56,6 +63,7 @@ def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -
     expected = {
         "plunder_pg": ["enqueue", "drain_1", "drain_2", "depth_small", "depth_large"],
         "plunder_pg_parallel": ["drain_1", "drain_2"],
+        "plunder_pg_lanes": ["drain_1", "drain_2"],
         "raw_pg": ["enqueue", "drain_1", "drain_2", "depth_small", "depth_large"],
         "plunder_sqlite": ["enqueue", "drain_1", "drain_4", "depth_small", "depth_large"],
         "raw_sqlite": ["enqueue", "drain_1", "drain_4"],

@@ -142,15 +142,19 @@ def test_a_worker_keeps_to_its_connection_budget(
     )
     conn = raw_connect(store_url)
     conn.autocommit = True
-    peak = 0
+    peak, names = 0, []
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
+            # not the hub's probe, a connection of a moment after each (re)connect, which a
+            # loaded machine can make coincide with the janitor's
             rows = conn.execute(
                 "SELECT application_name FROM pg_stat_activity "
-                "WHERE application_name LIKE 'plunder:worker:budget%'"
+                "WHERE application_name LIKE 'plunder:worker:budget%' "
+                "AND application_name NOT LIKE '%:probe'"
             ).fetchall()
-            peak = max(peak, len(rows))
+            if len(rows) > peak:
+                peak, names = len(rows), sorted(row[0] for row in rows)
             if all(store.job_get(j.id).status == Status.SUCCEEDED for j in jobs[::10]):
                 break
             time.sleep(0.05)
@@ -159,7 +163,7 @@ def test_a_worker_keeps_to_its_connection_budget(
     # work (and acknowledgements with parallel acks) and listen, and the janitor's while it
     # holds the lease
     budget = 3 if parallel else 2
-    assert budget <= peak <= budget + 1, peak
+    assert budget <= peak <= budget + 1, names
 
 
 def test_delayed_jobs_and_retries_start_when_due_not_at_the_next_poll(

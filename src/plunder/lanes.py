@@ -1,0 +1,155 @@
+"""Lanes: one worker process, several claim loops.
+
+A worker's turn (acknowledge what finished, claim the next jobs) is one round trip. While
+it is at the database the worker's Python waits for it, and while the worker starts the
+jobs it claimed and collects their results the database waits for the worker. With short
+jobs that is the whole of the time: one worker process drains about as fast as the two
+take in turn. ``Lanes`` splits a process's slots among several workers, each a worker in
+its own right, so that one lane's turn is at the database while another's Python runs:
+
+```
+ worker process ─┬─ lane 1: session, slots, claim ⇄ run ⇄ acknowledge  ── pooled connection
+                 ├─ lane 2: session, slots, claim ⇄ run ⇄ acknowledge  ── pooled connection
+                 └─ shared: the hub (wake-ups; every lane's heartbeat on its connection),
+                    the janitor (run by lane 1), the signals (forwarded to every lane)
+```
+
+- **Every lane is a whole worker:** its own session (named ``<name>/<k>``), its own claims,
+  fenced by that session, its own heartbeat. A lane whose session is lost opens a new one
+  like any worker; the other lanes go on.
+- **The slots are shared out:** ``concurrency`` is the process's, and each lane claims for
+  its share (``concurrency // lanes``, the first ``concurrency % lanes`` lanes one more),
+  so the claim batch of a lane is its share. Short jobs want batches of about 100 each.
+- **Connections:** one per lane (two with parallel acks), plus the hub's, plus the janitor's
+  while it holds the lease.
+- **One pool:** the lanes share the app's store. A lane that gives up its session cuts every
+  call the store has in flight (``Store.calls_cut``), the other lanes' included. A process
+  that stalled or lost its database loses every lane's session together anyway; otherwise
+  a lane whose call was cut sends it again (a turn that failed is sent as an
+  acknowledgement and a claim), and a task whose own transaction was cut fails and is
+  retried.
+- **Stopping:** a first SIGTERM or SIGINT lets every lane finish its running jobs, a second
+  stops them all at once; ``stop()`` does the same from code. A lane that fails stops the
+  others, gracefully, and ``run()`` raises its error once they have stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import threading
+from types import FrameType
+
+from plunder import errors
+from plunder.app import App
+from plunder.worker import Worker, WorkerOptions, deadline_options
+
+log = logging.getLogger("plunder.worker")
+JOIN_INTERVAL = 0.1  # how often run() looks at the lanes and at stop requests
+
+
+class Lanes:
+    def __init__(self, app: App, options: WorkerOptions | None = None, *, lanes: int = 2) -> None:
+        options = options or WorkerOptions()
+        if lanes < 1:
+            raise errors.ConfigError(f"lanes must be at least 1, not {lanes}")
+        if options.concurrency < lanes:
+            raise errors.ConfigError(
+                f"{lanes} lanes need a concurrency of at least {lanes} (one slot each), "
+                f"not {options.concurrency}"
+            )
+        self.app = app
+        self.options = options
+        self.name = options.name or f"{socket.gethostname()}:{os.getpid()}"
+        with contextlib.suppress(errors.ConfigError):  # already open: keep what it has
+            app.set_store_options(
+                pool_size=lanes * options.connections,
+                application_name=f"plunder:worker:{self.name}"[:60],
+                **deadline_options(app.settings),
+            )
+        app.store  # noqa: B018 - opened now: each lane would ask for one worker's connections
+        share, more = divmod(options.concurrency, lanes)
+        self.lanes = [
+            Worker(
+                app,
+                dataclasses.replace(
+                    options,
+                    concurrency=share + (k < more),
+                    name=f"{self.name}/{k + 1}",
+                    janitor=options.janitor and k == 0,
+                ),
+            )
+            for k in range(lanes)
+        ]
+        # 1: stop gracefully, 2: at once; a plain attribute, which a signal handler can
+        # set without taking a lock the interrupted thread may hold
+        self._requested = 0
+        self._failures: list[BaseException] = []
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """The lanes' counts, summed."""
+        total: dict[str, int] = {}
+        for lane in self.lanes:
+            for key, value in lane.stats.items():
+                total[key] = total.get(key, 0) + value
+        return total
+
+    def run(self, *, install_signals: bool = True) -> None:
+        """Run every lane until asked to stop (SIGTERM/SIGINT, or ``stop()``), or until one
+        fails; raise the first lane's error, if any, once all of them have stopped."""
+        if install_signals:
+            signal.signal(signal.SIGTERM, self._signalled)
+            signal.signal(signal.SIGINT, self._signalled)
+        threads = [
+            threading.Thread(target=self._serve, args=(lane,), name=f"plunder-lane-{k + 1}")
+            for k, lane in enumerate(self.lanes)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            while any(thread.is_alive() for thread in threads):
+                if self._failures or self._requested:
+                    self._forward()
+                for thread in threads:
+                    thread.join(JOIN_INTERVAL / len(threads))
+        finally:  # interrupted (KeyboardInterrupt without our handlers): no lane left working
+            self._requested = max(self._requested, 1)
+            self._forward()
+            for thread in threads:
+                thread.join()
+        if self._failures:
+            raise self._failures[0]
+
+    def stop(self, *, graceful: bool = True) -> None:
+        """From any thread: like a first signal, or with ``graceful=False`` a second."""
+        self._requested = max(self._requested, 1 if graceful else 2)
+
+    def _forward(self) -> None:
+        for lane in self.lanes:
+            lane.stop(graceful=self._requested < 2)
+
+    def _serve(self, lane: Worker) -> None:
+        try:
+            lane.run(install_signals=False)
+        except BaseException as exc:  # raised by run() once every lane has stopped
+            log.error("lane %s failed (%s: %s); stopping the others", lane.name, type(exc), exc)
+            self._failures.append(exc)
+
+    def _signalled(self, signum: int, frame: FrameType | None) -> None:
+        if self._requested:
+            log.warning(
+                "second signal: stopping every lane at once; running jobs will be rescued "
+                "when their sessions expire"
+            )
+        else:
+            log.info(
+                "signal %d: every lane finishes its running jobs (grace %.0fs), claiming no more",
+                signum,
+                self.options.grace,
+            )
+        self._requested = 2 if self._requested else 1

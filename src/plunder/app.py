@@ -72,6 +72,12 @@ class App:
                 self._store = store
             return self._store
 
+    def another_store(self, **options: Any) -> Store:
+        """A store of its own on the app's database (the schema checked, or migrated, once,
+        by the app's), with the app's store options and these; the caller closes it."""
+        self.store  # noqa: B018 - the schema, before anyone uses it
+        return open_store(self.settings.url, **{**self._store_options, **options})
+
     @property
     def hub(self) -> Hub:
         """This process's wake-up hub (one thread, one dedicated connection), started on

@@ -95,3 +95,26 @@ def load(environ: Mapping[str, str] | None = None, **overrides: object) -> Setti
     if unknown:
         raise errors.ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
     return Settings(**values)  # type: ignore[arg-type]
+
+
+def worker_deadlines(settings: Settings) -> dict[str, float]:
+    """Deadlines of the worker's own database calls (claims, acknowledgements, streams;
+    heartbeats get theirs from the hub, the janitor's passes from the janitor): a peer
+    that hangs instead of failing would otherwise hold the calling thread for good.
+    Two session expiries are long for a database that still answers, however slowly
+    (a session lost meanwhile cuts every call in flight anyway). A connection that
+    takes longer than a session expiry to open is no use (the driver's minimum is 2 s):
+    after an outage, a connect attempt that started while the database was out of reach
+    must not hold up the recovery for long.
+
+    On the server's side, a transaction of this worker left idle for two session
+    expiries (its worker hung, or cut off in the middle of it) is ended, so that its
+    row locks cannot keep its jobs from being rescued for good; RELIABILITY.md
+    recommends the same for the server (10 s with the default 5 s expiry). A task's
+    own ``ctx.transaction()`` must not sit idle that long either."""
+    expiry = settings.session_expiry
+    return {
+        "call_timeout": 2 * expiry,
+        "connect_timeout": max(2.0, expiry),
+        "idle_timeout": 2 * expiry,
+    }

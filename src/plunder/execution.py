@@ -29,12 +29,14 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from plunder import errors, payload
+from plunder import errors, payload, policy
 from plunder.context import LOG_FORMAT, Context, JobIdentity
-from plunder.model import ErrorInfo, JobRecord
+from plunder.model import ErrorInfo, Failure, JobRecord
+from plunder.states import Outcome as RunOutcome
 from plunder.task import Task
 
 log = logging.getLogger("plunder.execution")
+worker_log = logging.getLogger("plunder.worker")  # what happened to a worker's jobs
 
 
 @dataclass(slots=True)
@@ -59,6 +61,35 @@ class Handle:
     process: Any = None
     thread: threading.Thread | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def failure(
+    handle: Handle, info: ErrorInfo, delay: float | None, outcome: RunOutcome = RunOutcome.FAILED
+) -> Failure:
+    """The failure of a handle's attempt, retried after ``delay`` seconds (None: not)."""
+    logs = tuple(handle.ctx.log_lines)
+    return Failure(handle.ctx.claim, info, retry_delay=delay, logs=logs, outcome=outcome)
+
+
+def failure_of(handle: Handle, outcome: Outcome) -> Failure:
+    """A task that raised: retried after its backoff if its task retries that error
+    (attempts left are the store's to count), never if its arguments did not fit."""
+    exc = outcome.error
+    info = outcome.error_info or ErrorInfo.from_exception(exc or RuntimeError("unknown"))
+    retry = exc is None or handle.task.should_retry(exc)
+    if isinstance(exc, TypeError) and "do not fit task" in str(exc):
+        retry = False  # the arguments will not fit next time either
+    job = handle.job
+    delay = policy.retry_delay(job.attempt, job.backoff_base, job.backoff_cap)
+    worker_log.info(
+        "job %d (%s) attempt %d failed: %s: %s",
+        job.id,
+        job.task,
+        job.attempt,
+        info.type,
+        info.message,
+    )
+    return failure(handle, info, delay if retry else None)
 
 
 _fits: dict[tuple[Any, ...], str | None] = {}  # (function, shape of the call) -> why not
@@ -96,6 +127,30 @@ def call_arguments(task: Task, job: JobRecord, ctx: object) -> tuple[list[Any], 
             f"arguments {job.args!r} {job.kwargs!r} do not fit task {task.name}: {problem}"
         )
     return args, kwargs
+
+
+class SuspectSlot:
+    """At most one suspect job runs in a process at a time, whichever of its workers (its
+    lanes, see plunder.lanes) runs it: a suspect may be the job that killed its last
+    worker, and whatever runs beside it in the process dies with it if so. A worker takes
+    the slot before a claim that may bring a suspect, and keeps it while it runs one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holder: object | None = None
+
+    def take(self, holder: object) -> bool:
+        """The slot for ``holder`` (True), unless another holds it."""
+        with self._lock:
+            if self._holder is None:
+                self._holder = holder
+            return self._holder is holder
+
+    def keep(self, holder: object, running: bool) -> None:
+        """``holder`` keeps the slot only while it runs a suspect."""
+        with self._lock:
+            if not running and self._holder is holder:
+                self._holder = None
 
 
 class ThreadRunner:

@@ -8,34 +8,34 @@ take in turn. ``Lanes`` splits a process's slots among several workers, each a w
 its own right, so that one lane's turn is at the database while another's Python runs:
 
 ```
- worker process ─┬─ lane 1: session, slots, claim ⇄ run ⇄ acknowledge  ── pooled connection
-                 ├─ lane 2: session, slots, claim ⇄ run ⇄ acknowledge  ── pooled connection
-                 └─ shared: the hub (wake-ups; every lane's heartbeat on its connection),
-                    the janitor (run by lane 1), the signals (forwarded to every lane)
+ worker process ─┬─ lane 1: session, slots, claim ⇄ run ⇄ acknowledge ── the app's store
+                 ├─ lane 2: session, slots, claim ⇄ run ⇄ acknowledge ── a store of its own
+                 └─ shared: the hub (wake-ups; every lane's heartbeat, one after another, on
+                    its connection), the janitor (run by lane 1), the signals, and the
+                    suspect slot (one suspect at a time in the process)
 ```
 
 - **Every lane is a whole worker:** its own session (named ``<name>/<k>``), its own claims,
-  fenced by that session, its own heartbeat. A lane whose session is lost opens a new one
-  like any worker; the other lanes go on.
+  fenced by that session, its own heartbeat, and its own store and connections (lane 1
+  uses the app's). A lane whose session is lost stops its tasks, cuts its own calls in
+  flight and opens a new session, like any worker; the other lanes go on untouched.
 - **The slots are shared out:** ``concurrency`` is the process's, and each lane claims for
   its share (``concurrency // lanes``, the first ``concurrency % lanes`` lanes one more),
   so the claim batch of a lane is its share. Short jobs want batches of about 100 each.
 - **Connections:** one per lane (two with parallel acks), plus the hub's, plus the janitor's
   while it holds the lease.
-- **One pool:** the lanes share the app's store. A lane that gives up its session cuts every
-  call the store has in flight (``Store.calls_cut``), the other lanes' included. A process
-  that stalled or lost its database loses every lane's session together anyway; otherwise
-  a lane whose call was cut sends it again (a turn that failed is sent as an
-  acknowledgement and a claim), and a task whose own transaction was cut fails and is
-  retried.
-- **Stopping:** a first SIGTERM or SIGINT lets every lane finish its running jobs, a second
-  stops them all at once; ``stop()`` does the same from code. A lane that fails stops the
-  others, gracefully, and ``run()`` raises its error once they have stopped.
+- **Suspects** (jobs lost with a dead worker, any of which may have killed it) run one at a
+  time in the whole process, as in a worker of one lane: whatever runs beside a poison job
+  dies with it, whichever lane runs it.
+- **Stopping:** a first SIGTERM or SIGINT (or Ctrl-C) lets every lane finish its running
+  jobs, a second stops them all at once; ``stop()`` does the same from code. A lane that
+  fails stops its tasks and closes its session, which releases their jobs at once; the
+  others are told to stop as soon as it fails, and ``run()`` raises its error once they
+  have.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -46,7 +46,10 @@ from types import FrameType
 
 from plunder import errors
 from plunder.app import App
-from plunder.worker import Worker, WorkerOptions, deadline_options
+from plunder.config import worker_deadlines
+from plunder.execution import SuspectSlot
+from plunder.store import Store
+from plunder.worker import Worker, WorkerOptions
 
 log = logging.getLogger("plunder.worker")
 JOIN_INTERVAL = 0.1  # how often run() looks at the lanes and at stop requests
@@ -65,26 +68,31 @@ class Lanes:
         self.app = app
         self.options = options
         self.name = options.name or f"{socket.gethostname()}:{os.getpid()}"
-        with contextlib.suppress(errors.ConfigError):  # already open: keep what it has
-            app.set_store_options(
-                pool_size=lanes * options.connections,
-                application_name=f"plunder:worker:{self.name}"[:60],
-                **deadline_options(app.settings),
-            )
-        app.store  # noqa: B018 - opened now: each lane would ask for one worker's connections
+        suspects = SuspectSlot()
         share, more = divmod(options.concurrency, lanes)
-        self.lanes = [
-            Worker(
-                app,
-                dataclasses.replace(
+        self.lanes: list[Worker] = []
+        self._stores: list[Store] = []  # the lanes' own, closed when run() ends
+        try:
+            for k in range(lanes):
+                name = f"{self.name}/{k + 1}"
+                store = None
+                if k:  # the first lane's is the app's, which it sizes itself
+                    store = app.another_store(
+                        pool_size=options.connections,
+                        application_name=f"plunder:worker:{name}"[:60],
+                        **worker_deadlines(app.settings),
+                    )
+                    self._stores.append(store)
+                lane = dataclasses.replace(
                     options,
                     concurrency=share + (k < more),
-                    name=f"{self.name}/{k + 1}",
+                    name=name,
                     janitor=options.janitor and k == 0,
-                ),
-            )
-            for k in range(lanes)
-        ]
+                )
+                self.lanes.append(Worker(app, lane, store=store, suspects=suspects))
+        except BaseException:
+            self._close_stores()
+            raise
         # 1: stop gracefully, 2: at once; a plain attribute, which a signal handler can
         # set without taking a lock the interrupted thread may hold
         self._requested = 0
@@ -109,25 +117,34 @@ class Lanes:
             threading.Thread(target=self._serve, args=(lane,), name=f"plunder-lane-{k + 1}")
             for k, lane in enumerate(self.lanes)
         ]
-        for thread in threads:
-            thread.start()
+        started: list[threading.Thread] = []
         try:
-            while any(thread.is_alive() for thread in threads):
-                if self._failures or self._requested:
-                    self._forward()
-                for thread in threads:
-                    thread.join(JOIN_INTERVAL / len(threads))
-        finally:  # interrupted (KeyboardInterrupt without our handlers): no lane left working
-            self._requested = max(self._requested, 1)
-            self._forward()
             for thread in threads:
-                thread.join()
+                thread.start()
+                started.append(thread)
+        except BaseException:  # out of threads: the lanes already running stop too
+            self.stop()
+            raise
+        finally:
+            self._wait(started)
+            self._close_stores()
         if self._failures:
             raise self._failures[0]
 
     def stop(self, *, graceful: bool = True) -> None:
         """From any thread: like a first signal, or with ``graceful=False`` a second."""
         self._requested = max(self._requested, 1 if graceful else 2)
+
+    def _wait(self, threads: list[threading.Thread]) -> None:
+        """Until every lane has stopped, passing on stop requests and a lane's failure."""
+        while any(thread.is_alive() for thread in threads):
+            try:
+                if self._requested or self._failures or any(lane.error for lane in self.lanes):
+                    self._forward()
+                for thread in threads:
+                    thread.join(JOIN_INTERVAL / len(threads))
+            except KeyboardInterrupt:  # without our handlers: as a signal would
+                self._signalled(signal.SIGINT, None)
 
     def _forward(self) -> None:
         for lane in self.lanes:
@@ -137,8 +154,12 @@ class Lanes:
         try:
             lane.run(install_signals=False)
         except BaseException as exc:  # raised by run() once every lane has stopped
-            log.error("lane %s failed (%s: %s); stopping the others", lane.name, type(exc), exc)
+            log.error("lane %s failed; the others stop", lane.name, exc_info=exc)
             self._failures.append(exc)
+
+    def _close_stores(self) -> None:
+        for store in self._stores:
+            store.close()
 
     def _signalled(self, signum: int, frame: FrameType | None) -> None:
         if self._requested:

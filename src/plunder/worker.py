@@ -39,9 +39,18 @@ from typing import Any
 from plunder import errors, payload, policy
 from plunder.acker import ACK_BATCH, Acker
 from plunder.app import App
-from plunder.config import Settings
+from plunder.config import worker_deadlines
 from plunder.context import Context
-from plunder.execution import AsyncRunner, Handle, Outcome, ProcessRunner, ThreadRunner
+from plunder.execution import (
+    AsyncRunner,
+    Handle,
+    Outcome,
+    ProcessRunner,
+    SuspectSlot,
+    ThreadRunner,
+    failure,
+    failure_of,
+)
 from plunder.janitor import Janitor, own_store
 from plunder.model import (
     AckResult,
@@ -63,29 +72,6 @@ ACK_LINGER = 0.002  # seconds a turn may wait for more results to send with it
 RECONNECT_CAP = policy.RECONNECT_CAP
 MIN_WAIT = 0.05  # a due job we could not claim (locked, or left to other workers): look again
 BACKLOG = 4 * ACK_BATCH  # results handed to the acker and not yet written: claim no more
-
-
-def deadline_options(settings: Settings) -> dict[str, float]:
-    """Deadlines of the worker's own database calls (claims, acknowledgements, streams;
-    heartbeats get theirs from the hub, the janitor's passes from the janitor): a peer
-    that hangs instead of failing would otherwise hold the calling thread for good.
-    Two session expiries are long for a database that still answers, however slowly
-    (a session lost meanwhile cuts every call in flight anyway). A connection that
-    takes longer than a session expiry to open is no use (the driver's minimum is 2 s):
-    after an outage, a connect attempt that started while the database was out of reach
-    must not hold up the recovery for long.
-
-    On the server's side, a transaction of this worker left idle for two session
-    expiries (its worker hung, or cut off in the middle of it) is ended, so that its
-    row locks cannot keep its jobs from being rescued for good; RELIABILITY.md
-    recommends the same for the server (10 s with the default 5 s expiry). A task's
-    own ``ctx.transaction()`` must not sit idle that long either."""
-    expiry = settings.session_expiry
-    return {
-        "call_timeout": 2 * expiry,
-        "connect_timeout": max(2.0, expiry),
-        "idle_timeout": 2 * expiry,
-    }
 
 
 @dataclass(frozen=True)
@@ -115,7 +101,16 @@ class WorkerOptions:
 
 
 class Worker:
-    def __init__(self, app: App, options: WorkerOptions | None = None) -> None:
+    def __init__(
+        self,
+        app: App,
+        options: WorkerOptions | None = None,
+        *,
+        store: Store | None = None,
+        suspects: SuspectSlot | None = None,
+    ) -> None:
+        """``store``: one of the worker's own (the app's by default); ``suspects``: the
+        process's suspect slot, where several workers share the process (plunder.lanes)."""
         self.app = app
         self.options = options or WorkerOptions()
         if self.options.concurrency < 1:
@@ -128,15 +123,18 @@ class Worker:
         with contextlib.suppress(errors.ConfigError):  # already open: keep what it has
             # the connection budget: one for work (+1 for acknowledgements with parallel
             # acks, see plunder.acker), one for the hub (+1 janitor, see there)
-            app.set_store_options(
-                pool_size=self.options.connections,
-                application_name=self._app_name,
-                **deadline_options(self.settings),
-            )
+            if store is None:
+                app.set_store_options(
+                    pool_size=self.options.connections,
+                    application_name=self._app_name,
+                    **worker_deadlines(self.settings),
+                )
         self.queues = list(self.options.queues or app.registry.queues())
         self.tasks = app.registry.names()
-        self.store: Store = app.store
+        self.store: Store = store or app.store
+        self._suspects = suspects or SuspectSlot()
         self.session: Session | None = None
+        self.error: BaseException | None = None  # what ended run(), raised from a turn
         self._outcomes: queue.SimpleQueue[Outcome | _Stop] = queue.SimpleQueue()
         self._last_beat = time.monotonic()
         self._threads = ThreadRunner(self._outcomes)
@@ -185,6 +183,9 @@ class Worker:
             while not self._stop.is_set():
                 self.step()
             self._drain()
+        except BaseException as exc:  # raised, once the worker has closed
+            self.error = exc
+            raise
         finally:
             self._close()
 
@@ -373,6 +374,7 @@ class Worker:
         self._count(exchange.failed, "failed")
         for job in exchange.claimed:
             self._start(job)
+        self._suspects.keep(self, self._runs_suspect())
         self.stats["claimed"] += len(exchange.claimed)
         return len(exchange.claimed)
 
@@ -395,14 +397,17 @@ class Worker:
             return 0
         for job in jobs:
             self._start(job)
+        self._suspects.keep(self, self._runs_suspect())
         self.stats["claimed"] += len(jobs)
         return len(jobs)
 
     def _may_take_suspect(self) -> bool:
-        """At most one suspect at a time: a suspect may be the job that killed its last
-        worker, and whatever runs beside it in this process dies with it if so."""
+        """At most one suspect at a time in the process (see SuspectSlot)."""
+        return not self._runs_suspect() and self._suspects.take(self)
+
+    def _runs_suspect(self) -> bool:
         with self._lock:
-            return not any(handle.job.suspect for handle in self._running.values())
+            return any(handle.job.suspect for handle in self._running.values())
 
     def _start(self, job: JobRecord) -> None:
         task = self.app.registry.get(job.task)
@@ -454,49 +459,16 @@ class Worker:
         elif outcome.ok:
             self._succeeded(handle, outcome.result)
         else:
-            self._failed(handle, outcome)
+            self._failures.append(failure_of(handle, outcome))
 
     def _succeeded(self, handle: Handle, result: Any) -> None:
         try:
             text = payload.encode(result, what="result", of=handle.task.name)
         except errors.PayloadError as exc:
-            self._failures.append(self._failure(handle, ErrorInfo.from_exception(exc), None))
+            self._failures.append(failure(handle, ErrorInfo.from_exception(exc), None))
             return
         self._completions.append(
             build_completion(handle.ctx.claim, result, tuple(handle.ctx.log_lines), None, text)
-        )
-
-    def _failed(self, handle: Handle, outcome: Outcome) -> None:
-        exc = outcome.error
-        info = outcome.error_info or ErrorInfo.from_exception(exc or RuntimeError("unknown"))
-        retry = exc is None or handle.task.should_retry(exc)
-        if isinstance(exc, TypeError) and "do not fit task" in str(exc):
-            retry = False  # the arguments will not fit next time either
-        job = handle.job
-        delay = policy.retry_delay(job.attempt, job.backoff_base, job.backoff_cap)
-        self._failures.append(self._failure(handle, info, delay if retry else None))
-        log.info(
-            "job %d (%s) attempt %d failed: %s: %s",
-            job.id,
-            job.task,
-            job.attempt,
-            info.type,
-            info.message,
-        )
-
-    def _failure(
-        self,
-        handle: Handle,
-        info: ErrorInfo,
-        delay: float | None,
-        outcome: RunOutcome = RunOutcome.FAILED,
-    ) -> Failure:
-        return Failure(
-            handle.ctx.claim,
-            info,
-            retry_delay=delay,
-            logs=tuple(handle.ctx.log_lines),
-            outcome=outcome,
         )
 
     def _store_result(self, handle: Handle, outcome: Outcome) -> None:
@@ -536,6 +508,8 @@ class Worker:
         with self._lock:
             handle = self._running.pop(job_id, None)
         self._deadlines.pop(job_id, None)
+        if handle is not None and handle.job.suspect:
+            self._suspects.keep(self, self._runs_suspect())
         return handle
 
     def _stop_job(self, handle: Handle, reason: str) -> None:
@@ -554,7 +528,7 @@ class Worker:
                 f"the job ran past its timeout of {job.timeout}s and was stopped",
             )
             delay = 0.0 if job.retry_on_timeout else None
-            self._failures.append(self._failure(handle, info, delay, RunOutcome.TIMED_OUT))
+            self._failures.append(failure(handle, info, delay, RunOutcome.TIMED_OUT))
             log.warning("job %d (%s) timed out after %ss", job.id, job.task, job.timeout)
 
     def stop_claims(self, claims: Sequence[Claim], reason: str) -> None:
@@ -689,6 +663,8 @@ class Worker:
         """From the heartbeat thread: stop every task now, give up every database call in
         flight (the main loop's, the tasks' own transactions: all of them would be refused
         now, and one stuck on a hung peer would never come back), then wake the main loop."""
+        if self._closing:  # the session is closed, or left to expire, on purpose
+            return
         self._session_lost.set()
         with self._lock:
             handles = list(self._running.values())
@@ -706,6 +682,7 @@ class Worker:
         self._deadlines.clear()
         for handle in handles:
             self._stop_job(handle, "the worker's session was lost")
+        self._suspects.keep(self, False)
         dropped = len(self._completions) + len(self._failures) + self._acker.drop()
         self._completions.clear()
         self._failures.clear()
@@ -761,16 +738,20 @@ class Worker:
             return
         self._collect(block=False)  # what finished meanwhile is acknowledged, not released
         self._acknowledge()
-        with self._lock:
-            left = list(self._running.values())
-        for handle in left:
-            self._forget(handle.job.id)
-            self._stop_job(handle, "the worker is shutting down")
 
     def _close(self) -> None:
+        """Stop what still runs (past the grace period, or a turn raised), write the
+        results on their way, and close the session, which releases its jobs at once."""
         self._services_stop.set()
         self._async.close()
+        with self._lock:
+            left, self._running = list(self._running.values()), {}
+        for handle in left:
+            self._stop_job(handle, "the worker is shutting down")
+        self._deadlines.clear()
+        self._suspects.keep(self, False)
         if self._halt.is_set():
+            self._closing = True  # left to expire: no more heartbeats
             log.warning(
                 "stopped at once; session %s will expire and its jobs be rescued",
                 self.session.id if self.session else "?",
@@ -781,7 +762,9 @@ class Worker:
         # results on their way are written before the session closes: closing releases
         # the session's running jobs, and those would run again. Results still unwritten
         # (a database out of reach) leave the session to expire instead.
-        if not self._acker.close(timeout=self.options.grace):
+        written = self._acker.close(timeout=self.options.grace)
+        self._closing = True  # closed below, or left to expire: no more heartbeats
+        if not written:
             log.warning(
                 "results still unwritten after %.0fs; session %s will expire and the "
                 "janitor will judge its jobs",
@@ -790,7 +773,6 @@ class Worker:
             )
             return
         if self.session is not None:
-            self._closing = True
             try:
                 released = self.store.session_close(self.session.id)
                 log.info(

@@ -16,7 +16,7 @@ import pytest
 import plunder
 from plunder import errors
 from plunder.lanes import Lanes
-from plunder.model import JobSpec
+from plunder.model import SUSPECT_LOSSES, JobSpec
 from plunder.states import Outcome, Status
 from plunder.store import Store
 from plunder.worker import Worker, WorkerOptions
@@ -42,7 +42,7 @@ def test_each_lane_holds_a_session_and_its_share_of_the_slots(
     assert sessions
     ids = _sessions(store, proc.pid)
     assert set(ids) == {"laned/1", "laned/2"}
-    jobs = store.job_enqueue_many([JobSpec("sleepy", [1.0]) for _ in range(7)])
+    jobs = store.job_enqueue_many([JobSpec("sleepy", [3.0]) for _ in range(7)])
     # 3 slots and 2: each lane runs as many as its share, and no more
     wait_for(
         lambda: (
@@ -125,7 +125,7 @@ def test_every_lane_takes_its_part(app: plunder.App, store: Store) -> None:
     """No lane can run more than its share at once, so jobs that take a while spread over
     every lane (short ones may not: one lane can drain a small queue before another has
     opened its session, and on SQLite one lane may hold the file for the others' turns)."""
-    store.job_enqueue_many([JobSpec("sleepy", [0.05]) for _ in range(40)])
+    store.job_enqueue_many([JobSpec("sleepy", [0.2]) for _ in range(40)])
     running = Running(Lanes(app, WorkerOptions(concurrency=4), lanes=2))
     try:
         wait_for(lambda: running.lanes.stats["succeeded"] == 40, what="the queue drained")
@@ -135,30 +135,84 @@ def test_every_lane_takes_its_part(app: plunder.App, store: Store) -> None:
     assert running.error is None
     by_lane = [lane.stats["succeeded"] for lane in running.lanes.lanes]
     assert all(count >= 5 for count in by_lane), by_lane
+    assert sum(by_lane) == 40
 
 
-def test_a_lane_that_fails_stops_the_others_and_run_raises_its_error(
+def test_a_lane_that_fails_stops_its_tasks_and_the_others_and_run_raises_its_error(
     app: plunder.App, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lanes = Lanes(app, WorkerOptions(concurrency=2), lanes=2)
-    failing = lanes.lanes[1]
+    lanes = Lanes(app, WorkerOptions(concurrency=2, grace=0.5), lanes=2)
+    first, failing = lanes.lanes
     step = failing.step
-    calls = 0
+    broken = threading.Event()
 
     def broken_step() -> None:
-        nonlocal calls
-        calls += 1
-        if calls == 20:
+        if broken.is_set():
             raise RuntimeError("lane 2 broke")
         step()
 
     monkeypatch.setattr(failing, "step", broken_step)
+    jobs = store.job_enqueue_many([JobSpec("sleepy", [30.0], max_attempts=3) for _ in range(2)])
     running = Running(lanes)
+    wait_for(lambda: len(first._running) == 1 and len(failing._running) == 1, what="a job each")
+    handles = [*first._running.values(), *failing._running.values()]
+    broken.set()
     running.join()
     assert isinstance(running.error, RuntimeError) and str(running.error) == "lane 2 broke"
-    # the healthy lane stopped too, and closed its session
-    assert lanes.lanes[0].session is not None
-    assert lanes.lanes[0].session.id not in {s.id for s in store.session_list()}
+    # every task was told to stop (the failed lane's at once, the other's past its grace),
+    # and both sessions closed, so both jobs are back in the queue, the attempt not counted
+    assert all(handle.ctx.cancelled for handle in handles)
+    assert {s.id for s in store.session_list()}.isdisjoint(
+        {first.session.id, failing.session.id}  # type: ignore[union-attr]
+    )
+    for job in jobs:
+        back = store.job_get(job.id)
+        assert back.status == Status.PENDING and back.attempts_left == 3
+
+
+def test_stop_at_once_ends_every_lane_without_waiting_for_its_jobs(
+    app: plunder.App, store: Store
+) -> None:
+    running = Running(Lanes(app, WorkerOptions(concurrency=2, grace=60), lanes=2))
+    store.job_enqueue_many([JobSpec("sleepy", [30.0]) for _ in range(2)])
+    wait_for(lambda: all(len(lane._running) == 1 for lane in running.lanes.lanes), what="jobs")
+    handles = [h for lane in running.lanes.lanes for h in lane._running.values()]
+    stopped = time.monotonic()
+    running.lanes.stop(graceful=False)
+    running.join()
+    assert time.monotonic() - stopped < 5  # not the 60 s grace, nor the 30 s jobs
+    assert running.error is None
+    assert all(handle.ctx.cancelled for handle in handles)
+
+
+def test_suspects_run_one_at_a_time_in_the_whole_process(app: plunder.App, store: Store) -> None:
+    """A suspect may be the job that killed its last worker; whatever runs beside it in
+    the process dies with it, whichever lane runs it."""
+    jobs = store.job_enqueue_many([JobSpec("sleepy", [0.4], max_attempts=9) for _ in range(3)])
+    for time_lost in range(SUSPECT_LOSSES):  # claimed by a worker that died, twice
+        dying = store.session_open(
+            name=f"dying-{time_lost}", host="h", pid=1, queues=["default"], expiry=30
+        )
+        claimed = store.job_claim_many(dying.id, queues=["default"], tasks=["sleepy"], limit=3)
+        assert len(claimed) == 3
+        store.session_close(dying.id, lost=True)
+    assert all(store.job_get(job.id).suspect for job in jobs)
+    running = Running(Lanes(app, WorkerOptions(concurrency=4), lanes=2))
+    most, deadline = 0, time.monotonic() + 30
+    try:
+        while not all(store.job_get(job.id).status == Status.SUCCEEDED for job in jobs):
+            at_once = sum(
+                handle.job.suspect
+                for lane in running.lanes.lanes
+                for handle in list(lane._running.values())
+            )
+            most = max(most, at_once)
+            assert time.monotonic() < deadline, "the suspects did not finish"
+            time.sleep(0.01)
+    finally:
+        running.lanes.stop()
+        running.join()
+    assert most == 1
 
 
 def test_a_lane_that_loses_its_session_opens_another_while_the_others_go_on(
@@ -218,15 +272,21 @@ def test_lanes_that_cannot_be_are_refused(app: plunder.App, concurrency: int, la
 
 
 def test_lane_outcomes_are_fenced_by_their_own_session(app: plunder.App, store: Store) -> None:
-    """A lane's completions name its own session: the run history says which lane ran
-    each job, and a job ran once."""
-    jobs = store.job_enqueue_many([JobSpec("add", [i, 3]) for i in range(40)])
+    """Each lane claims and completes under its own session: the run history names the
+    lane and its session for every job, every job ran once, and both lanes took part."""
+    jobs = store.job_enqueue_many([JobSpec("sleepy", [0.1]) for _ in range(24)])
     running = Running(Lanes(app, WorkerOptions(concurrency=4, name="fenced"), lanes=2))
+    sessions: dict[str, str] = {}
     try:
-        wait_for(lambda: running.lanes.stats["succeeded"] == 40, what="the jobs done")
+        wait_for(lambda: all(lane.session for lane in running.lanes.lanes), what="sessions")
+        sessions = {lane.session.id: lane.name for lane in running.lanes.lanes}  # type: ignore[union-attr]
+        wait_for(lambda: running.lanes.stats["succeeded"] == 24, what="the jobs done")
     finally:
         running.lanes.stop()
         running.join()
+    names = set()
     for job in jobs:
         (run,) = store.job_runs(job.id)
-        assert run.outcome == Outcome.SUCCEEDED and run.worker in {"fenced/1", "fenced/2"}
+        assert run.outcome == Outcome.SUCCEEDED and sessions[run.session_id] == run.worker
+        names.add(run.worker)
+    assert names == {"fenced/1", "fenced/2"}

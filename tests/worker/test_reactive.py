@@ -128,13 +128,19 @@ def test_an_enqueue_wakes_the_workers_of_its_queues_however_many(store_url: str)
         app.close()
 
 
-@pytest.mark.parametrize("parallel", [False, True], ids=["serial-acks", "parallel-acks"])
+@pytest.mark.parametrize(
+    ("flags", "budget"),
+    [([], 2), (["--parallel-acks"], 3), (["--lanes", "2"], 3)],
+    ids=["serial-acks", "parallel-acks", "lanes"],
+)
 def test_a_worker_keeps_to_its_connection_budget(
-    store: Store, store_url: str, workers: Workers, parallel: bool
+    store: Store, store_url: str, workers: Workers, flags: list[str], budget: int
 ) -> None:
+    """Work (and acknowledgements with parallel acks; a connection per lane) and the hub's,
+    plus the janitor's while it holds the lease."""
     if not store_url.startswith("postgresql"):
         pytest.skip("connections are counted on PostgreSQL")
-    proc = workers.start("-c", "16", *(["--parallel-acks"] if parallel else []), name="budget")
+    proc = workers.start("-c", "16", *flags, name="budget")
     wait_for(lambda: session_of(store, proc.pid), what="session")
     jobs = store.job_enqueue_many(
         [JobSpec("streamer", [20]) for _ in range(30)]
@@ -160,9 +166,6 @@ def test_a_worker_keeps_to_its_connection_budget(
             time.sleep(0.05)
     finally:
         conn.close()
-    # work (and acknowledgements with parallel acks) and listen, and the janitor's while it
-    # holds the lease
-    budget = 3 if parallel else 2
     assert budget <= peak <= budget + 1, names
 
 

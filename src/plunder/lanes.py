@@ -16,9 +16,12 @@ its own right, so that one lane's turn is at the database while another's Python
 ```
 
 - **Every lane is a whole worker:** its own session (named ``<name>/<k>``), its own claims,
-  fenced by that session, its own heartbeat, and its own store and connections (lane 1
-  uses the app's). A lane whose session is lost stops its tasks, cuts its own calls in
-  flight and opens a new session, like any worker; the other lanes go on untouched.
+  fenced by that session, its own heartbeat, and its own store and connections. A lane
+  whose session is lost stops its tasks, cuts its own calls in flight and opens a new
+  session, like any worker, while the other lanes go on. Lane 1 uses the app's store,
+  which the hub and the process's producers (a task's ``enqueue``, ``job.result()``) share:
+  its lost session cuts their calls in flight too, as a worker of one lane does (a
+  heartbeat cut so is sent again at the next interval).
 - **The slots are shared out:** ``concurrency`` is the process's, and each lane claims for
   its share (``concurrency // lanes``, the first ``concurrency % lanes`` lanes one more),
   so the claim batch of a lane is its share. Short jobs want batches of about 100 each.
@@ -126,8 +129,10 @@ class Lanes:
             self.stop()
             raise
         finally:
-            self._wait(started)
-            self._close_stores()
+            try:
+                self._wait(started)
+            finally:
+                self._close_stores()
         if self._failures:
             raise self._failures[0]
 

@@ -150,7 +150,7 @@ class Worker:
         self._acker = Acker(
             self.store,
             threaded=self.options.parallel_acks and self.store.parallel_writes,
-            stopped=lambda: self._session_lost.is_set() or self._halt.is_set(),
+            stopped=lambda: self._session_lost.is_set() or self._halt.is_set() or self._closing,
             counted=self._count,
         )
         self._unknown: set[Claim] = set()  # the heartbeat's report, for the main loop
@@ -269,7 +269,8 @@ class Worker:
 
     def _wake(self) -> None:
         """From the hub thread: work may have appeared in one of our queues."""
-        self._outcomes.put(_Stop())
+        if not self._services_stop.is_set():  # a stopped worker's queue is read no more
+            self._outcomes.put(_Stop())
 
     # -- one turn of the loop -------------------------------------------------------------
     def step(self) -> None:
@@ -280,7 +281,10 @@ class Worker:
         self._enforce_deadlines()
         self._give_back_unknown()
         free = 0 if self._stop.is_set() else self.options.concurrency - len(self._running)
-        claimed = self._turn(free)
+        try:
+            claimed = self._turn(free)
+        finally:  # the process's suspect slot, taken for the claim, kept only for a suspect
+            self._suspects.keep(self, self._runs_suspect())
         if claimed:
             self._looked_again = False
         if claimed and claimed == free:
@@ -374,7 +378,6 @@ class Worker:
         self._count(exchange.failed, "failed")
         for job in exchange.claimed:
             self._start(job)
-        self._suspects.keep(self, self._runs_suspect())
         self.stats["claimed"] += len(exchange.claimed)
         return len(exchange.claimed)
 
@@ -397,7 +400,6 @@ class Worker:
             return 0
         for job in jobs:
             self._start(job)
-        self._suspects.keep(self, self._runs_suspect())
         self.stats["claimed"] += len(jobs)
         return len(jobs)
 
@@ -743,11 +745,11 @@ class Worker:
         """Stop what still runs (past the grace period, or a turn raised), write the
         results on their way, and close the session, which releases its jobs at once."""
         self._services_stop.set()
-        self._async.close()
         with self._lock:
             left, self._running = list(self._running.values()), {}
         for handle in left:
             self._stop_job(handle, "the worker is shutting down")
+        self._async.close()
         self._deadlines.clear()
         self._suspects.keep(self, False)
         if self._halt.is_set():
@@ -762,6 +764,7 @@ class Worker:
         # results on their way are written before the session closes: closing releases
         # the session's running jobs, and those would run again. Results still unwritten
         # (a database out of reach) leave the session to expire instead.
+        self._acker.send(self._completions, self._failures)  # not sent if a turn raised
         written = self._acker.close(timeout=self.options.grace)
         self._closing = True  # closed below, or left to expire: no more heartbeats
         if not written:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 
 import plunder
@@ -116,3 +117,20 @@ async def async_streamer(ctx: plunder.Context, n: int) -> int:
         ctx.stream({"token": i})
         await asyncio.sleep(0)
     return n
+
+
+AT_ONCE = {"now": 0, "most": 0}  # how many "counted" jobs run at once in this process
+_at_once_lock = threading.Lock()
+
+
+@app.task(name="counted")
+def counted(seconds: float) -> None:
+    """Sleeps, counting in AT_ONCE how many of its kind run beside it in this process."""
+    with _at_once_lock:
+        AT_ONCE["now"] += 1
+        AT_ONCE["most"] = max(AT_ONCE["most"], AT_ONCE["now"])
+    try:
+        time.sleep(seconds)
+    finally:
+        with _at_once_lock:
+            AT_ONCE["now"] -= 1

@@ -8,7 +8,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -108,15 +108,19 @@ class Running:
         self.thread.join(timeout=15)
         assert not self.thread.is_alive()
 
+    def until(self, condition: Callable[[], object], what: str) -> None:
+        """Wait for ``condition``, then stop the lanes gracefully and wait for them."""
+        try:
+            wait_for(condition, what=what)
+        finally:
+            self.lanes.stop()
+            self.join()
+
 
 def test_lanes_drain_a_queue_together(app: plunder.App, store: Store) -> None:
     jobs = store.job_enqueue_many([JobSpec("add", [i, 1]) for i in range(300)])
     running = Running(Lanes(app, WorkerOptions(concurrency=8), lanes=2))
-    try:
-        wait_for(lambda: running.lanes.stats["succeeded"] == 300, what="the queue drained")
-    finally:
-        running.lanes.stop()
-        running.join()
+    running.until(lambda: running.lanes.stats["succeeded"] == 300, "the queue drained")
     assert running.error is None
     assert all(store.job_get(job.id).result == i + 1 for i, job in enumerate(jobs))
 
@@ -127,11 +131,7 @@ def test_every_lane_takes_its_part(app: plunder.App, store: Store) -> None:
     opened its session, and on SQLite one lane may hold the file for the others' turns)."""
     store.job_enqueue_many([JobSpec("sleepy", [0.2]) for _ in range(40)])
     running = Running(Lanes(app, WorkerOptions(concurrency=4), lanes=2))
-    try:
-        wait_for(lambda: running.lanes.stats["succeeded"] == 40, what="the queue drained")
-    finally:
-        running.lanes.stop()
-        running.join()
+    running.until(lambda: running.lanes.stats["succeeded"] == 40, "the queue drained")
     assert running.error is None
     by_lane = [lane.stats["succeeded"] for lane in running.lanes.lanes]
     assert all(count >= 5 for count in by_lane), by_lane
@@ -200,14 +200,10 @@ def test_suspects_run_one_at_a_time_in_the_whole_process(
         store.session_close(dying.id, lost=True)
     assert all(store.job_get(job.id).suspect for job in jobs)
     running = Running(Lanes(app, WorkerOptions(concurrency=4), lanes=2))
-    try:
-        wait_for(
-            lambda: all(store.job_get(job.id).status == Status.SUCCEEDED for job in jobs),
-            what="the suspects done",
-        )
-    finally:
-        running.lanes.stop()
-        running.join()
+    running.until(
+        lambda: all(store.job_get(job.id).status == Status.SUCCEEDED for job in jobs),
+        "the suspects done",
+    )
     assert tasks.AT_ONCE["most"] == 1
 
 

@@ -429,13 +429,10 @@ class PostgresStore(SQLStore):
         self._prepare = True  # see _prepare_threshold
         self._lock = threading.Lock()
         self._pool: ConnectionPool | None = None
-        self._closed = False  # a closed store opens no new pool (a late call fails instead)
         self._pid = os.getpid()
 
     def _get_pool(self) -> ConnectionPool:
         with self._lock:
-            if self._closed:
-                raise errors.StoreUnavailable(f"{self.url}: the store is closed")
             if self._pool is None or self._pid != os.getpid():
                 # a pool inherited across fork shares sockets with the parent: start afresh
                 self._pid = os.getpid()
@@ -778,7 +775,6 @@ class PostgresStore(SQLStore):
 
     def close(self) -> None:
         with self._lock:
-            self._closed = True
             pool, self._pool = self._pool, None
         if pool is not None and self._pid == os.getpid():
             pool.close()

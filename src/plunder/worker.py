@@ -133,6 +133,7 @@ class Worker:
         self.tasks = app.registry.names()
         self.store: Store = store or app.store
         self._suspects = suspects or SuspectSlot()
+        self._suspects_running = 0  # among self._running; the main thread counts them
         self.session: Session | None = None
         self.error: BaseException | None = None  # what ended run(), raised from a turn
         self._outcomes: queue.SimpleQueue[Outcome | _Stop] = queue.SimpleQueue()
@@ -284,7 +285,7 @@ class Worker:
         try:
             claimed = self._turn(free)
         finally:  # the process's suspect slot, taken for the claim, kept only for a suspect
-            self._suspects.keep(self, self._runs_suspect())
+            self._suspects.keep(self, self._suspects_running > 0)
         if claimed:
             self._looked_again = False
         if claimed and claimed == free:
@@ -405,11 +406,7 @@ class Worker:
 
     def _may_take_suspect(self) -> bool:
         """At most one suspect at a time in the process (see SuspectSlot)."""
-        return not self._runs_suspect() and self._suspects.take(self)
-
-    def _runs_suspect(self) -> bool:
-        with self._lock:
-            return any(handle.job.suspect for handle in self._running.values())
+        return not self._suspects_running and self._suspects.take(self)
 
     def _start(self, job: JobRecord) -> None:
         task = self.app.registry.get(job.task)
@@ -417,6 +414,8 @@ class Worker:
         handle = Handle(job=job, task=task, ctx=ctx)
         with self._lock:
             self._running[job.id] = handle
+        if job.suspect:
+            self._suspects_running += 1
         if job.timeout is not None:
             self._deadlines[job.id] = time.monotonic() + job.timeout
         try:
@@ -511,7 +510,8 @@ class Worker:
             handle = self._running.pop(job_id, None)
         self._deadlines.pop(job_id, None)
         if handle is not None and handle.job.suspect:
-            self._suspects.keep(self, self._runs_suspect())
+            self._suspects_running -= 1
+            self._suspects.keep(self, self._suspects_running > 0)
         return handle
 
     def _stop_job(self, handle: Handle, reason: str) -> None:
@@ -684,6 +684,7 @@ class Worker:
         self._deadlines.clear()
         for handle in handles:
             self._stop_job(handle, "the worker's session was lost")
+        self._suspects_running = 0
         self._suspects.keep(self, False)
         dropped = len(self._completions) + len(self._failures) + self._acker.drop()
         self._completions.clear()
@@ -751,6 +752,7 @@ class Worker:
             self._stop_job(handle, "the worker is shutting down")
         self._async.close()
         self._deadlines.clear()
+        self._suspects_running = 0
         self._suspects.keep(self, False)
         if self._halt.is_set():
             self._closing = True  # left to expire: no more heartbeats

@@ -102,12 +102,15 @@ class Hub:
             thread.join(timeout=5)
 
     # -- registrations --------------------------------------------------------------------
-    def on_work(self, queues: list[str], callback: Callback) -> None:
-        """Call ``callback`` when work may have appeared in one of ``queues``."""
+    def on_work(self, queues: list[str], callback: Callback) -> Callable[[], None]:
+        """Call ``callback`` when work may have appeared in one of ``queues``. Returns the
+        function that unregisters it."""
+        entry = (frozenset(queues), callback)
         with self._lock:
-            self._work.append((frozenset(queues), callback))
+            self._work.append(entry)
             self._need(CHANNEL_ENQUEUED)
         self.start()
+        return lambda: self._remove(self._work, entry)
 
     def watch(self, kind: str, job_id: int, callback: Callback) -> Callable[[], None]:
         """Call ``callback`` when job ``job_id`` finishes (``kind="done"``) or writes stream
@@ -130,17 +133,27 @@ class Hub:
 
     def every(
         self, interval: float, call: Callable[[Any], None], *, deadline: float | None = None
-    ) -> None:
+    ) -> Callable[[], None]:
         """Run ``call(connection)`` on the hub thread every ``interval`` seconds, with the
         hub's dedicated connection (so heartbeats need no connection of their own). A call
         still waiting for the database after ``deadline`` seconds has the connection cut
         under it (it raises StoreBusy, and the next call reconnects): a peer that hangs
-        would otherwise stop the hub, and every later call, for good."""
+        would otherwise stop the hub, and every later call, for good. Returns the function
+        that unregisters it (a call already under way finishes)."""
+        periodic = _Periodic(interval, call, deadline)
         with self._lock:
-            self._periodic.append(_Periodic(interval, call, deadline))
+            self._periodic.append(periodic)
             if self._listening is not None:
                 self._notes.interrupt()  # the wait under way ends now: the call is due
         self.start()
+        return lambda: self._remove(self._periodic, periodic)
+
+    def _remove(self, registrations: list[Any], entry: Any) -> None:
+        with self._lock:
+            for i, registered in enumerate(registrations):
+                if registered is entry:  # by identity: two may be equal
+                    del registrations[i]
+                    return
 
     def _need(self, channel: str) -> None:
         """Under the lock: ``channel`` is watched; a wait that does not listen on it ends

@@ -163,8 +163,8 @@ class Lanes:
             self._failures.append(exc)
 
     def _close_stores(self) -> None:
-        for store in self._stores:
-            store.close()
+        for store in self._stores:  # for good: a late call (a task that outlived its
+            store.retire()  # lane) must not open a pool that nobody would close
 
     def _signalled(self, signum: int, frame: FrameType | None) -> None:
         if self._requested:

@@ -31,7 +31,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -164,6 +164,7 @@ class Worker:
         self._stream_wake = threading.Event()
         self._services_stop = threading.Event()
         self._services: list[threading.Thread] = []
+        self._unregister: list[Callable[[], None]] = []  # the heartbeat and wake-up, at the hub
         self.stats = {"claimed": 0, "succeeded": 0, "failed": 0, "stale": 0, "sessions": 0}
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -240,12 +241,14 @@ class Worker:
         # a heartbeat gets half the session expiry (the server's statement_timeout on that
         # connection): time enough on a slow database, and time left to renew on a fresh
         # connection when the peer hangs
-        hub.every(
-            self.settings.heartbeat_interval,
-            self._beat,
-            deadline=self.settings.session_expiry / 2,
-        )
-        hub.on_work(self.queues, self._wake)
+        self._unregister = [
+            hub.every(
+                self.settings.heartbeat_interval,
+                self._beat,
+                deadline=self.settings.session_expiry / 2,
+            ),
+            hub.on_work(self.queues, self._wake),
+        ]
         self._services = [
             threading.Thread(target=self._stream_loop, name="plunder-streamer", daemon=True),
             threading.Thread(target=self._watchdog_loop, name="plunder-watchdog", daemon=True),
@@ -746,6 +749,8 @@ class Worker:
         """Stop what still runs (past the grace period, or a turn raised), write the
         results on their way, and close the session, which releases its jobs at once."""
         self._services_stop.set()
+        for unregister in self._unregister:  # the hub outlives the worker (it is the app's)
+            unregister()
         with self._lock:
             left, self._running = list(self._running.values()), {}
         for handle in left:

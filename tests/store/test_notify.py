@@ -170,3 +170,23 @@ def test_a_listener_works_with_descriptors_past_selects_limit(store: Store) -> N
         for fd in filler:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_an_interrupt_ends_a_wait_for_the_listen_probe(store: Store) -> None:
+    """A fresh listening connection waits for its own probe notification before it trusts
+    LISTEN (a transaction-mode pooler drops it); an interrupt ends that wait too, and the
+    next wait goes on waiting for the probe."""
+    if not store.notifies:
+        pytest.skip("SQLite has no NOTIFY: waiters watch data_version")
+    listener = store.notifications(listen=True, application_name="test:probe")
+    try:
+        listener.wait(0.0)  # connected; its probe sent, and perhaps back already
+        # as if the probe never came back (a pooler): only its time, or an interrupt, ends it
+        listener._probe = ("never-sent", time.monotonic() + 60)  # type: ignore[attr-defined]
+        threading.Timer(0.2, listener.interrupt).start()
+        started = time.monotonic()
+        assert listener.wait(10.0) == []
+        assert time.monotonic() - started < 5.0
+        assert listener._probe is not None  # type: ignore[attr-defined]
+    finally:
+        listener.close()

@@ -7,7 +7,7 @@ import pytest
 from plunder import errors
 from plunder.model import JobSpec
 from plunder.states import Outcome, Status
-from plunder.store import Store
+from plunder.store import Store, open_store
 from tests.store.helpers import claim, complete, enqueue, later, open_session
 
 
@@ -188,3 +188,26 @@ def test_the_reaper_ends_running_jobs_whose_session_no_longer_exists(
     swept = store.session_reap_many(lease)
     assert swept.retried == (job.id,)
     assert store.job_runs(job.id)[0].outcome == Outcome.LOST
+
+
+def test_a_closed_store_reconnects_but_a_retired_one_refuses(store_url: str) -> None:
+    """``close()`` lets the next call open connections again; ``retire()`` is for good,
+    and costs nothing stored."""
+    mine = open_store(store_url)
+    try:
+        (job,) = enqueue(mine, JobSpec("t"))
+        mine.close()
+        assert mine.job_get(job.id).status == Status.PENDING  # reopened
+        mine.retire()
+        with pytest.raises(errors.StoreUnavailable, match="closed for good"):
+            mine.job_get(job.id)
+        with pytest.raises(errors.StoreUnavailable, match="closed for good"):
+            enqueue(mine, JobSpec("t"))
+    finally:
+        mine.close()
+    other = open_store(store_url)
+    try:
+        assert other.job_get(job.id).status == Status.PENDING
+        assert [j.id for j in other.job_list().jobs] == [job.id]
+    finally:
+        other.close()

@@ -33,3 +33,31 @@ def test_an_unreachable_database_is_logged_once_without_a_traceback(
     finally:
         center.close()
         store.close()
+
+
+def test_registrations_end_when_unregistered(tmp_path: object) -> None:
+    """``every`` and ``on_work`` return the function that unregisters them: the hub belongs
+    to the app and outlives each worker that registered there."""
+    store = plunder.open_store(f"sqlite:///{tmp_path}/hub.db")
+    center = hub.Hub(store, listen=False)
+    calls: list[str] = []
+    try:
+        stop_beat = center.every(0.02, lambda conn: calls.append("beat"))
+        center.every(0.02, lambda conn: calls.append("other"))
+        stop_work = center.on_work(["default"], lambda: calls.append("work"))
+        deadline = time.monotonic() + 5
+        while calls.count("beat") < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert calls.count("beat") >= 2
+        stop_beat()
+        stop_work()
+        stop_work()  # twice is harmless
+        time.sleep(0.05)  # a call already under way finishes
+        calls.clear()
+        center._dispatch([("plunder_enqueued", "default")])
+        time.sleep(0.2)  # ten intervals
+        assert "beat" not in calls and "work" not in calls
+        assert "other" in calls  # the registration left in place still runs
+    finally:
+        center.close()
+        store.close()

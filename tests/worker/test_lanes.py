@@ -123,6 +123,13 @@ def test_lanes_drain_a_queue_together(app: plunder.App, store: Store) -> None:
     running.until(lambda: running.lanes.stats["succeeded"] == 300, "the queue drained")
     assert running.error is None
     assert all(store.job_get(job.id).result == i + 1 for i, job in enumerate(jobs))
+    # the second lane's own store is closed for good (a late call from a task that outlived
+    # its lane opens no pool that nobody would close); the first lane's is the app's
+    first, second = running.lanes.lanes
+    assert first.store is app.store and second.store is not app.store
+    with pytest.raises(errors.StoreUnavailable, match="closed for good"):
+        second.store.job_get(jobs[0].id)
+    assert app.store.job_get(jobs[0].id).result == 1
 
 
 def test_every_lane_takes_its_part(app: plunder.App, store: Store) -> None:
@@ -241,12 +248,16 @@ def test_a_lane_that_loses_its_session_opens_another_while_the_others_go_on(
 def test_a_worker_that_closed_its_session_cuts_nothing_on_a_later_heartbeat(
     app: plunder.App, store: Store, monkeypatch: pytest.MonkeyPatch, caplog: Any
 ) -> None:
-    """The hub goes on calling a stopped worker's heartbeat until the app closes. Its
-    session is closed by then, which must not read as a lost session: losing one cuts
-    every call of the store, which lanes and the app's other users share."""
+    """A heartbeat on its way as the worker closes its session finds the session closed,
+    which must not read as a lost session: losing one cuts every call of the store, which
+    lanes and the app's other users share. And the worker leaves the hub (the app's, which
+    outlives it): no heartbeats after it stopped."""
     cuts: list[str] = []
+    beats: list[float] = []
     worker = Worker(app, WorkerOptions(concurrency=2))
     monkeypatch.setattr(worker.store, "calls_cut", lambda reason: cuts.append(reason) or 0)
+    beat = worker._beat
+    monkeypatch.setattr(worker, "_beat", lambda conn: beats.append(time.monotonic()) or beat(conn))
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
     thread.start()
     wait_for(lambda: worker.session is not None, what="a session")
@@ -254,7 +265,10 @@ def test_a_worker_that_closed_its_session_cuts_nothing_on_a_later_heartbeat(
     worker.stop()
     thread.join(timeout=15)
     assert not thread.is_alive()
+    assert beats, "the heartbeat never ran"
+    stopped_at = time.monotonic()
     time.sleep(1.0)  # ten heartbeat intervals, the hub still running
+    assert [at for at in beats if at > stopped_at] == []
     assert cuts == []
     assert not worker._session_lost.is_set()
     assert "is gone" not in caplog.text

@@ -101,6 +101,10 @@ class Store(Protocol):
 
     def close(self) -> None: ...
 
+    def retire(self) -> None:
+        """Close for good: later calls raise StoreUnavailable instead of reconnecting."""
+        ...
+
     def calls_cut(self, reason: str) -> int:
         """Cut every database call this store has in flight, wherever it waits (each
         raises :class:`StoreBusy`); return how many. A no-op where calls cannot hang on a

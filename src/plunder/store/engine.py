@@ -138,6 +138,7 @@ class Engine(ABC):
     # seq) and reads nothing back, which a database whose writers take turns allows; else
     # the database numbers them and the insert returns the rows it stored
     numbers_jobs = False
+    retired = False  # closed for good (see retire)
 
     def __init__(
         self, *, busy_total: float = policy.BUSY_TOTAL, busy_interval: float = policy.BUSY_INTERVAL
@@ -196,6 +197,17 @@ class Engine(ABC):
     @abstractmethod
     def close(self) -> None:
         """Close every connection this store opened."""
+
+    def retire(self) -> None:
+        """Close for good: a later call raises StoreUnavailable instead of connecting again,
+        as it would after ``close()``. For a store its owner is done with while code it
+        does not control may still hold it (a lane's own, once the lanes have stopped)."""
+        self.retired = True
+        self.close()
+
+    def _refuse_if_retired(self) -> None:
+        if self.retired:
+            raise errors.StoreUnavailable(f"{self.url}: this store was closed for good")
 
     # -- notifications --------------------------------------------------------------------
     def _notify(self, tx: Tx, channel: str, items: Sequence[str]) -> None:

@@ -271,15 +271,13 @@ class PgNotifications:
     def _await_probe(
         self, conn: psycopg.Connection[Any], timeout: float, channels: frozenset[str]
     ) -> None:
-        """Wait up to ``timeout`` for the probe: once it came back, LISTEN on ``channels``;
-        once its time is up, poll only."""
+        """Wait up to ``timeout`` for the probe (an interrupt ends the wait, and the next
+        one waits on): once it came back, LISTEN on ``channels``; once its time is up, poll
+        only."""
         assert self._probe is not None
         token, deadline = self._probe
-        wait = max(0.0, min(timeout, deadline - time.monotonic()))
-        if any(
-            n.channel == PROBE_CHANNEL and n.payload == token
-            for n in conn.notifies(timeout=wait, stop_after=1)
-        ):
+        self._sleep(min(timeout, deadline - time.monotonic()), conn)
+        if any(n.channel == PROBE_CHANNEL and n.payload == token for n in self._notified(conn)):
             self._probe = None
             conn.execute(f"UNLISTEN {PROBE_CHANNEL}")
             self._relisten(conn, channels)
@@ -361,7 +359,12 @@ class PgNotifications:
         return added
 
     def _arrived(self, conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
-        return [(n.channel, n.payload) for n in conn.notifies(timeout=0.0)]
+        return [(n.channel, n.payload) for n in self._notified(conn)]
+
+    @staticmethod
+    def _notified(conn: psycopg.Connection[Any]) -> list[psycopg.Notify]:
+        """The notifications that have arrived, without waiting for more."""
+        return list(conn.notifies(timeout=0.0))
 
     def _sleep(self, timeout: float, conn: psycopg.Connection[Any] | None = None) -> bool:
         """Until ``timeout`` passes, an interrupt() or (with ``conn``) something to read on
@@ -434,6 +437,7 @@ class PostgresStore(SQLStore):
     def _get_pool(self) -> ConnectionPool:
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
+                self._refuse_if_retired()
                 # a pool inherited across fork shares sockets with the parent: start afresh
                 self._pid = os.getpid()
                 self._pool = ConnectionPool(

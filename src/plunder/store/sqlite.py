@@ -394,6 +394,7 @@ class SqliteStore(SQLStore):
             self._after_fork()
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
+            self._refuse_if_retired()
             conn = self._open()
             self._local.conn = conn
             with self._lock:

@@ -74,7 +74,7 @@ class Lanes:
         suspects = SuspectSlot()
         share, more = divmod(options.concurrency, lanes)
         self.lanes: list[Worker] = []
-        self._stores: list[Store] = []  # the lanes' own, closed when run() ends
+        self._stores: list[Store] = []  # the lanes' own, closed for good when run() ends
         try:
             for k in range(lanes):
                 name = f"{self.name}/{k + 1}"

@@ -190,3 +190,24 @@ def test_a_job_due_now_but_not_claimed_is_claimed_again_at_once_then_left_to_the
         assert [worker._wait_time() for _ in range(5)] == [0.0, 5.0, 5.0, 3.0, 0.0]
     finally:
         tasks.app.close()
+
+
+def test_jobs_whose_thread_cannot_be_made_fail_with_why(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process out of threads: the claim's jobs do not start, and each fails with the
+    error that said so (not left running until its session expires)."""
+    real = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name == "plunder-task":
+            raise RuntimeError("can't start new thread")
+        real(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with worker_in_thread(store_url):
+        jobs = tasks.add.enqueue_many([(i, 1) for i in range(3)])
+        for job in jobs:
+            with pytest.raises(JobFailed, match="can't start new thread") as caught:
+                job.result(timeout=20)
+            assert caught.value.error_type == "RuntimeError"

@@ -13,6 +13,11 @@ from psycopg.rows import dict_row, tuple_row
 
 from plunder.store.engine import Row
 
+# Statements whose rows come back in PostgreSQL's binary format: a claim's hundred rows of
+# two dozen columns, of which five are timestamps, cost the client less read as binary
+# than parsed from text (the same Python values either way).
+BINARY_RESULTS = frozenset({"job_claim_many", "job_exchange"})
+
 
 def array_literal(values: list[Any]) -> str:
     """A PostgreSQL array literal of ``values`` (str, int, float, bool or None). The batch
@@ -80,7 +85,7 @@ class PgTx:
 
     def table(self, name: str, /, **params: Any) -> tuple[list[str], list[Sequence[Any]]]:
         with self.conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(self._sql[name], params)
+            cur.execute(self._sql[name], params, binary=name in BINARY_RESULTS)
             description = cur.description  # built anew at each call: 20 µs for a job's columns
             if description is None:
                 return [], []

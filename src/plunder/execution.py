@@ -26,7 +26,6 @@ import multiprocessing
 import multiprocessing.connection
 import queue
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,15 +153,6 @@ class SuspectSlot:
                 self._holder = None
 
 
-class NotStarted(Exception):
-    """Jobs a runner could not start, and why."""
-
-    def __init__(self, error: Exception, handles: Sequence[Handle]) -> None:
-        super().__init__(f"{len(handles)} jobs could not start: {error}")
-        self.error = error
-        self.handles = list(handles)
-
-
 class ThreadRunner:
     """A cached thread pool that wakes as few threads as the jobs need. Started jobs wait
     in a queue, and one thread at a time is *called* to it (an idle one woken, or a new
@@ -184,33 +174,22 @@ class ThreadRunner:
         self._called = 0  # threads called to the queue that have not looked at it yet
 
     def start(self, handle: Handle) -> None:
-        """Start one job; raises why if it cannot (see ``start_all``)."""
-        try:
-            self.start_all([handle])
-        except NotStarted as exc:
-            raise exc.error from None
-
-    def start_all(self, handles: Sequence[Handle]) -> None:
-        """Queue ``handles`` and call a thread to them (one lock, one wake-up for a whole
-        claim). If a thread had to be made and none could be (the process is out of them),
-        those no running thread took meanwhile do not start: NotStarted names them, and the
-        caller fails them. The jobs queued before wait for a free thread."""
         with self._lock:
-            self._jobs.extend(handles)
+            self._jobs.append(handle)
             spawn = self._call()
         if not spawn:
             return
         try:
             self._spawn()
-        except Exception as exc:
+        except Exception:
+            # no thread could be made (the process is out of them): this job does not
+            # start, and the caller fails it, unless a running thread took it meanwhile
             with self._lock:
-                queued = {id(queued) for queued in self._jobs}
-                left = [handle for handle in handles if id(handle) in queued]
-                if left:
-                    gone = {id(handle) for handle in left}
-                    self._jobs = collections.deque(h for h in self._jobs if id(h) not in gone)
-            if left:
-                raise NotStarted(exc, left) from exc
+                try:
+                    self._jobs.remove(handle)
+                except ValueError:
+                    return  # taken: it runs; the jobs behind it wait for a free thread
+            raise
 
     def _call(self) -> bool:
         """Under the lock, with jobs waiting: unless a thread is already called, call one.

@@ -44,7 +44,6 @@ from plunder.context import Context
 from plunder.execution import (
     AsyncRunner,
     Handle,
-    NotStarted,
     Outcome,
     ProcessRunner,
     SuspectSlot,
@@ -381,7 +380,8 @@ class Worker:
         del self._failures[: len(failed)]
         self._count(exchange.completed, "succeeded")
         self._count(exchange.failed, "failed")
-        self._start(exchange.claimed)
+        for job in exchange.claimed:
+            self._start(job)
         self.stats["claimed"] += len(exchange.claimed)
         return len(exchange.claimed)
 
@@ -402,7 +402,8 @@ class Worker:
             log.warning("claim failed: %s", exc)
             self._stop.wait(min(self.settings.poll_interval, RECONNECT_CAP))
             return 0
-        self._start(jobs)
+        for job in jobs:
+            self._start(job)
         self.stats["claimed"] += len(jobs)
         return len(jobs)
 
@@ -410,39 +411,20 @@ class Worker:
         """At most one suspect at a time in the process (see SuspectSlot)."""
         return not self._suspects_running and self._suspects.take(self)
 
-    def _start(self, jobs: Sequence[JobRecord]) -> None:
-        """Start claimed jobs: all registered as running at once, then each handed to its
-        runner (the thread runner takes its share of the claim in one go)."""
-        task_of, store, wake = self.app.registry.get, self.store, self._stream_wake.set
-        handles = [
-            Handle(job=job, task=task_of(job.task), ctx=Context(job, store, on_flush_needed=wake))
-            for job in jobs
-        ]
+    def _start(self, job: JobRecord) -> None:
+        task = self.app.registry.get(job.task)
+        ctx = Context(job, self.store, on_flush_needed=self._stream_wake.set)
+        handle = Handle(job=job, task=task, ctx=ctx)
         with self._lock:
-            for handle in handles:
-                self._running[handle.job.id] = handle
-        now = time.monotonic()
-        threaded: list[Handle] = []
-        for handle in handles:
-            job = handle.job
-            if job.suspect:
-                self._suspects_running += 1
-            if job.timeout is not None:
-                self._deadlines[job.id] = now + job.timeout
-            runner = self._runner(handle.task)
-            if runner is self._threads:
-                threaded.append(handle)
-                continue
-            try:
-                runner.start(handle)
-            except Exception as exc:  # could not even start: the job fails with why
-                self._outcomes.put(Outcome(job, False, error=exc))
-        if threaded:
-            try:
-                self._threads.start_all(threaded)
-            except NotStarted as exc:
-                for handle in exc.handles:
-                    self._outcomes.put(Outcome(handle.job, False, error=exc.error))
+            self._running[job.id] = handle
+        if job.suspect:
+            self._suspects_running += 1
+        if job.timeout is not None:
+            self._deadlines[job.id] = time.monotonic() + job.timeout
+        try:
+            self._runner(task).start(handle)
+        except Exception as exc:  # could not even start: the job fails with why
+            self._outcomes.put(Outcome(job, False, error=exc))
 
     def _runner(self, task: Any) -> ThreadRunner | AsyncRunner | ProcessRunner:
         if task.is_async:

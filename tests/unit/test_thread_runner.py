@@ -15,7 +15,7 @@ import pytest
 
 import plunder
 from plunder.context import Context
-from plunder.execution import Handle, NotStarted, Outcome, ThreadRunner
+from plunder.execution import Handle, Outcome, ThreadRunner
 from plunder.model import JobSpec
 from plunder.store import Store
 from tests.store.helpers import claim, open_session
@@ -153,27 +153,6 @@ def test_a_job_whose_thread_cannot_be_made_does_not_start_and_blocks_nothing(
     (done,) = outcomes_of(outcomes, 1)
     assert done.job.id == second.job.id
     assert seen and sum(seen.values()) == 1  # the first never ran
-
-
-def test_a_claim_whose_thread_cannot_be_made_is_named_whole_and_blocks_nothing(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A claim's jobs go to the runner together; when the thread they need cannot be made,
-    every one of them is handed back, with why, for the worker to fail."""
-    outcomes: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    runner = ThreadRunner(outcomes)
-    batch = handles(store, ["quick", "quick", "quick"])
-    _NoThreads(monkeypatch, allowed=0)
-    with pytest.raises(NotStarted) as raised:
-        runner.start_all(batch)
-    assert [id(h) for h in raised.value.handles] == [id(h) for h in batch]
-    assert isinstance(raised.value.error, RuntimeError)
-    assert not runner._jobs and runner._called == 0
-    monkeypatch.undo()
-    later = handles(store, ["quick", "quick"])
-    runner.start_all(later)
-    assert sorted(o.job.id for o in outcomes_of(outcomes, 2)) == sorted(h.job.id for h in later)
-    assert sum(seen.values()) == 2  # the first claim never ran
 
 
 def test_jobs_behind_a_thread_that_cannot_be_made_run_when_one_is_free(

@@ -3,8 +3,13 @@
 * Worker: one process = one DBOS executor (``DBOS(config=…)``, ``DBOS.launch()``) with a
   no-op ``@DBOS.workflow`` and one queue registered with ``DBOS.register_queue`` and
   ``polling_interval_sec=POLL`` (default 1.0 s; the queue is found by polling only, so a
-  shorter interval is its fastest setting). No concurrency limits, so each poll claims
-  every runnable workflow.
+  shorter interval is its fastest setting). On PostgreSQL no concurrency limit, so each
+  poll claims every runnable workflow. On SQLite ``worker_concurrency=100`` (the claim
+  batch plunder's workers and PgQueuer use here): with no limit, an executor starts a
+  thread for every workflow it dequeues, and a 20,000-job drain ran for more than 13
+  minutes at a load average of about 15,000 without finishing; with the limit it drains
+  at a few hundred jobs/s. A per-executor limit counts by executor ID, so each process
+  then gets its own (``executor_id``).
 * Enqueue: DBOS has no batch enqueue; ``DBOSClient.enqueue`` (the documented way for a
   process that is not itself a worker) once per job, from one thread.
 
@@ -38,7 +43,12 @@ from bench.common import (
 )
 
 POLL = float(os.environ.get("BENCH_DBOS_POLL", "0.1"))
-SETTINGS = {"polling_interval_sec": POLL, "enqueue": "DBOSClient.enqueue, one per job"}
+SQLITE_WORKER_CONCURRENCY = int(os.environ.get("BENCH_DBOS_SQLITE_WORKER_CONCURRENCY", "100"))
+SETTINGS = {
+    "polling_interval_sec": POLL,
+    "worker_concurrency": f"none on PostgreSQL, {SQLITE_WORKER_CONCURRENCY} on SQLite",
+    "enqueue": "DBOSClient.enqueue, one per job",
+}
 QUEUE = "bench"
 HOLD_SECONDS = 120.0
 
@@ -52,7 +62,15 @@ def _sys_url(url: str) -> str:
 def worker(url: str) -> None:
     from dbos import DBOS
 
-    DBOS(config={"name": "bench", "system_database_url": _sys_url(url), "log_level": "WARNING"})
+    limit = SQLITE_WORKER_CONCURRENCY if url.startswith("sqlite:") else None
+    config: dict[str, Any] = {
+        "name": "bench",
+        "system_database_url": _sys_url(url),
+        "log_level": "WARNING",
+    }
+    if limit:
+        config["executor_id"] = f"bench-{os.getpid()}"
+    DBOS(config=config)  # type: ignore[arg-type]
 
     @DBOS.workflow(name="noop")
     def noop(i: int) -> int:
@@ -63,7 +81,7 @@ def worker(url: str) -> None:
         time.sleep(HOLD_SECONDS)
 
     DBOS.launch()
-    DBOS.register_queue(QUEUE, polling_interval_sec=POLL)
+    DBOS.register_queue(QUEUE, polling_interval_sec=POLL, worker_concurrency=limit or None)
     threading.Event().wait()
 
 

@@ -62,13 +62,13 @@ def _sys_url(url: str) -> str:
 def worker(url: str) -> None:
     from dbos import DBOS
 
-    limit = SQLITE_WORKER_CONCURRENCY if url.startswith("sqlite:") else None
+    limit = (SQLITE_WORKER_CONCURRENCY or None) if url.startswith("sqlite:") else None
     config: dict[str, Any] = {
         "name": "bench",
         "system_database_url": _sys_url(url),
         "log_level": "WARNING",
     }
-    if limit:
+    if limit is not None:
         config["executor_id"] = f"bench-{os.getpid()}"
     DBOS(config=config)  # type: ignore[arg-type]
 
@@ -81,7 +81,7 @@ def worker(url: str) -> None:
         time.sleep(HOLD_SECONDS)
 
     DBOS.launch()
-    DBOS.register_queue(QUEUE, polling_interval_sec=POLL, worker_concurrency=limit or None)
+    DBOS.register_queue(QUEUE, polling_interval_sec=POLL, worker_concurrency=limit)
     threading.Event().wait()
 
 

@@ -52,13 +52,13 @@ from plunder.execution import (
     failure_of,
 )
 from plunder.janitor import Janitor, own_store
+from plunder.liveness import Liveness
 from plunder.model import (
     AckResult,
     Claim,
     Completion,
     ErrorInfo,
     Failure,
-    Heartbeat,
     JobRecord,
     Session,
     build_completion,
@@ -93,11 +93,14 @@ class WorkerOptions:
     # PostgreSQL: results are written on a connection of their own while the next jobs are
     # claimed (see plunder.acker); by default, in the claim's transaction, one connection less
     parallel_acks: bool = False
+    # PostgreSQL: a busy worker sends its next turn before it starts the jobs of the last
+    # (plunder.store.pgturn), on a connection it holds while busy; off, one connection less
+    turns_ahead: bool = True
 
     @property
     def connections(self) -> int:
         """The pooled connections the worker's own calls need (the hub's is the app's)."""
-        return 2 if self.parallel_acks else 1
+        return 2 if self.parallel_acks or self.turns_ahead else 1
 
 
 class Worker:
@@ -137,7 +140,6 @@ class Worker:
         self.session: Session | None = None
         self.error: BaseException | None = None  # what ended run(), raised from a turn
         self._outcomes: queue.SimpleQueue[Outcome | _Stop] = queue.SimpleQueue()
-        self._last_beat = time.monotonic()
         self._threads = ThreadRunner(self._outcomes)
         self._async = AsyncRunner(self._outcomes)
         self._processes = ProcessRunner(self._outcomes)
@@ -154,7 +156,13 @@ class Worker:
             stopped=lambda: self._session_lost.is_set() or self._halt.is_set() or self._closing,
             counted=self._count,
         )
-        self._unknown: set[Claim] = set()  # the heartbeat's report, for the main loop
+        # turns sent ahead (PostgreSQL): the pipe, and the in-flight turn's results, claim
+        # limit and whether it may bring a suspect (see _send_turn)
+        ahead = self.options.turns_ahead and not self._acker.threaded
+        self._pipe = self.store.turn_pipe() if ahead else None
+        self._ahead: list[Completion] = []
+        self._ahead_limit = 0
+        self._ahead_suspect = False
         self._stop = threading.Event()  # stop claiming, drain, exit
         self._halt = threading.Event()  # second signal: exit at once
         self._session_lost = threading.Event()
@@ -162,6 +170,17 @@ class Worker:
         # session cuts the store's calls, and the store may serve other workers too)
         self._closing = False
         self._stream_wake = threading.Event()
+        self._liveness = Liveness(
+            self.store,
+            self.settings,
+            session=lambda: self.session,
+            quiet=lambda: self._session_lost.is_set() or self._closing,
+            claims=self._held_claims,
+            stop=lambda claims: self.stop_claims(
+                claims, "cancelled, timed out or re-claimed elsewhere"
+            ),
+            lost=self._lose_session,
+        )
         self._services_stop = threading.Event()
         self._services: list[threading.Thread] = []
         self._unregister: list[Callable[[], None]] = []  # the heartbeat and wake-up, at the hub
@@ -226,7 +245,7 @@ class Worker:
                     queues=self.queues,
                     expiry=self.settings.session_expiry,
                 )
-                self._last_beat = time.monotonic()  # before the watchdog sees the session
+                self._liveness.last_beat = time.monotonic()  # before the watchdog sees it
                 self.session = session
                 self.stats["sessions"] += 1
                 log.info("session %s opened", session.id)
@@ -244,14 +263,19 @@ class Worker:
         self._unregister = [
             hub.every(
                 self.settings.heartbeat_interval,
-                self._beat,
+                self._liveness.beat,
                 deadline=self.settings.session_expiry / 2,
             ),
             hub.on_work(self.queues, self._wake),
         ]
         self._services = [
             threading.Thread(target=self._stream_loop, name="plunder-streamer", daemon=True),
-            threading.Thread(target=self._watchdog_loop, name="plunder-watchdog", daemon=True),
+            threading.Thread(
+                target=self._liveness.watch,
+                args=(self._services_stop,),
+                name="plunder-watchdog",
+                daemon=True,
+            ),
         ]
         if self.options.janitor:
             janitor = Janitor(
@@ -281,20 +305,23 @@ class Worker:
         if self._session_lost.is_set():
             self._renew_session()
         self._collect(block=False)
-        self._linger()
+        if not self._in_flight():
+            self._linger()
         self._enforce_deadlines()
         self._give_back_unknown()
         free = 0 if self._stop.is_set() else self.options.concurrency - len(self._running)
         try:
             claimed = self._turn(free)
         finally:  # the process's suspect slot, taken for the claim, kept only for a suspect
-            self._suspects.keep(self, self._suspects_running > 0)
+            self._suspects.keep(self, self._suspects_running > 0 or self._ahead_suspect)
         if claimed:
             self._looked_again = False
         if claimed and claimed == free:
             return  # full: go straight to waiting for outcomes on the next turn
         if claimed:
             return  # there may be more work right now
+        if self._in_flight() or self._completions or self._failures:
+            return  # the next turn is on its way, or results came in after this one
         self._collect(block=True, timeout=self._wait_time())
 
     def _linger(self) -> None:
@@ -351,6 +378,8 @@ class Worker:
             if free <= 0 or self._acker.backlog() >= BACKLOG:
                 return 0
             return self._claim(free)
+        if self._in_flight() or (not self._failures and self._send_turn(free)):
+            return self._read_turn()
         done = self._completions[:ACK_BATCH]
         failed = self._failures[:ACK_BATCH]
         if not done and not failed:
@@ -406,6 +435,75 @@ class Worker:
             self._start(job)
         self.stats["claimed"] += len(jobs)
         return len(jobs)
+
+    # -- turns sent ahead (PostgreSQL) ----------------------------------------------------
+    def _in_flight(self) -> bool:
+        return self._pipe is not None and self._pipe.sent_at is not None
+
+    def _send_turn(self, free: int, *, suspects: bool = True) -> bool:
+        """Send a turn on the pipe: the results so far and a claim of up to half the slots
+        (so that the next turn can be on its way while this one's jobs run), which may
+        bring a suspect only if ``suspects``. False: none sent; the turn is made the
+        ordinary way."""
+        limit = min(free, max(1, self.options.concurrency // 2))
+        if self._pipe is None or limit <= 0 or self._stop.is_set() or self.session is None:
+            return False
+        done = self._completions[:ACK_BATCH]
+        suspect = suspects and self._may_take_suspect()
+        try:
+            sent = self._pipe.send(
+                done,
+                session_id=self.session.id,
+                queues=self.queues,
+                tasks=self.tasks,
+                limit=limit,
+                take_suspect=suspect,
+            )
+        except errors.StoreError as exc:
+            log.warning("could not send a turn (%s); making it the ordinary way", exc)
+            return False
+        if not sent:  # not on this database (a transaction pooler): never again
+            self._pipe.close()
+            self._pipe = None
+            return False
+        del self._completions[: len(done)]
+        self._ahead, self._ahead_limit, self._ahead_suspect = done, limit, suspect
+        return True
+
+    def _read_turn(self) -> int:
+        """Read the turn in flight, and if its claim came back full (more may be waiting)
+        send the next before reading its rows and starting its jobs: the database runs
+        it meanwhile."""
+        assert self._pipe is not None
+        done, self._ahead = self._ahead, []
+        # a turn that could bring a suspect may have: the next may not, before it runs
+        suspects, self._ahead_suspect = not self._ahead_suspect, False
+        try:
+            answer = self._pipe.receive()
+        except errors.StoreError as exc:  # sent again, the ordinary way if need be
+            log.warning("a turn failed (%s); its results go out with the next", exc)
+            self._completions[:0] = done
+            return 0
+        if answer.claimed == self._ahead_limit and not self._stop.is_set():
+            self._collect(block=False)  # what finished meanwhile goes out with it
+            if not self._failures:
+                free = self.options.concurrency - len(self._running) - answer.claimed
+                self._send_turn(free, suspects=suspects)
+        claimed = answer.jobs()
+        for job in claimed:
+            self._start(job)
+        self.stats["claimed"] += len(claimed)
+        try:
+            self._count(answer.settle(), "succeeded")
+        except errors.SessionGone:  # nothing completed: dropped with the session
+            self._completions[:0] = done
+            self._session_lost.set()
+        except errors.StoreError as exc:  # looked at again with the next turn
+            log.warning("could not settle a turn's results (%s); sending them again", exc)
+            self._completions[:0] = done
+        if self._pipe is not None and self._pipe.sent_at is None:  # not busy: the pipe's
+            self._pipe.close()  # connection goes back to the pool
+        return len(claimed)
 
     def _may_take_suspect(self) -> bool:
         """At most one suspect at a time in the process (see SuspectSlot)."""
@@ -546,123 +644,23 @@ class Worker:
                 log.warning("job %d attempt %d: stopped (%s)", claim.job_id, claim.attempt, reason)
         self._outcomes.put(_Stop(tuple(claims)))
 
-    # -- heartbeat and session loss -------------------------------------------------------
-    def _beat(self, connection: Any) -> None:
-        """On the hub thread, over the hub's dedicated connection."""
-        session = self.session
-        if session is None or self._session_lost.is_set() or self._closing:
-            return
+    # -- heartbeat and session loss (see plunder.liveness) --------------------------------
+    def _held_claims(self) -> list[Claim]:
         with self._lock:
-            claims = [h.ctx.claim for h in self._running.values()]
-        try:
-            beat, started = self._renew(session.id, claims, connection)
-        except errors.StoreError as exc:
-            silent = time.monotonic() - self._last_beat
-            log.warning("heartbeat failed (%s); last renewed %.1fs ago", exc, silent)
-            if silent > self.settings.session_expiry:
-                log.error(
-                    "session %s could not be renewed for longer than its expiry: "
-                    "assuming it is gone",
-                    session.id,
-                )
-                self._lose_session()
-            return
-        if not beat.alive:
-            if self._closing:  # closed by _close while the beat was on its way
-                return
-            log.error("session %s is gone (expired or closed by the database clock)", session.id)
-            self._lose_session()
-            return
-        # trust starts from when the renewal was sent, never from when a slow one returned
-        self._last_beat = started
-        if beat.stop:
-            self.stop_claims(beat.stop, "cancelled, timed out or re-claimed elsewhere")
-        if beat.unknown:
-            with self._lock:
-                self._unknown.update(beat.unknown)
-
-    def _renew(
-        self, session_id: str, claims: list[Claim], connection: Any
-    ) -> tuple[Heartbeat, float]:
-        """Send one heartbeat; return it and when the renewal that succeeded was sent.
-
-        A busy answer (a serialization failure, which CockroachDB raises at COMMIT, or a
-        deadlock) is sent again as a whole after the fixed busy interval, until the next
-        heartbeat would be due: a few busy answers in a row must not cost a healthy worker
-        its session. A lost connection is not retried here; the hub reconnects first."""
-        deadline = time.monotonic() + self.settings.heartbeat_interval
-        backoff = policy.BusyBackoff()
-        while True:
-            sent = time.monotonic()
-            try:
-                return self.store.session_heartbeat(session_id, claims, conn=connection), sent
-            except errors.StoreBusy:
-                wait = backoff.next_wait()
-                lost = getattr(connection, "closed", False) or getattr(connection, "broken", False)
-                if wait is None or lost or time.monotonic() + wait >= deadline:
-                    raise
-                time.sleep(wait)
+            return [h.ctx.claim for h in self._running.values()]
 
     def _give_back_unknown(self) -> None:
-        """Jobs the database has running under this session but the heartbeat did not
-        report. Most were claimed, finished or acknowledged while the report was on its way;
-        here, on the thread that claims and acknowledges, that shows: they are running, or
-        their results wait to be sent, or their claim is already spent (and the release
-        below, fenced by the claim, changes nothing). The rest were claimed by a
-        transaction whose answer never arrived (the connection died after the commit): no
-        task runs them, and without this they would stay running for as long as this
-        worker lives. They go back to the queue at once, the attempt not counted."""
-        with self._lock:
-            unknown, self._unknown = self._unknown, set()
-            held = set(self._running)
-        if not unknown or self.session is None:
-            return
-        held.update(c.claim.job_id for c in self._completions)
-        held.update(f.claim.job_id for f in self._failures)
-        held.update(self._acker.held())
-        orphans = [c for c in unknown if c.job_id not in held and c.session_id == self.session.id]
-        if not orphans:
-            return
-        try:
-            released = self.store.job_release_many(orphans).accepted
-        except errors.StoreError as exc:
-            log.warning("could not give back %d unstarted claims: %s", len(orphans), exc)
-            return  # the next heartbeat reports them again
-        for claim in released:
-            log.warning(
-                "job %d attempt %d: claimed by this worker but never started (the claim's "
-                "answer was lost); given back to the queue",
-                claim.job_id,
-                claim.attempt,
-            )
+        """Claims the heartbeat reported that no task runs (see Liveness.give_back)."""
 
-    def _watchdog_loop(self) -> None:
-        """Trust in the session ends ``session_expiry`` after the last renewal was sent, by
-        this process's monotonic clock, even if the heartbeat call itself hangs.
+        def held() -> set[int]:
+            with self._lock:
+                ids = set(self._running)
+            ids.update(c.claim.job_id for c in self._completions + self._ahead)
+            ids.update(f.claim.job_id for f in self._failures)
+            ids.update(self._acker.held())
+            return ids
 
-        Two heartbeat intervals without a renewal are already news, said once: a database
-        that hangs gives no error to log, and its calls are only cut at their deadlines."""
-        interval = self.settings.heartbeat_interval
-        warned = None  # the renewal after which we said so
-        while not self._services_stop.wait(interval / 2):
-            last = self._last_beat
-            silent = time.monotonic() - last
-            trusted = self.session is not None and not self._session_lost.is_set()
-            if trusted and warned != last and 2 * interval < silent <= self.settings.session_expiry:
-                warned = last
-                log.warning(
-                    "database slow or unreachable: no heartbeat renewal for %.1fs "
-                    "(one is due every %.1fs)",
-                    silent,
-                    interval,
-                )
-            if trusted and silent > self.settings.session_expiry:
-                log.error(
-                    "no heartbeat renewal for %.1fs (expiry %.1fs): assuming the session is gone",
-                    silent,
-                    self.settings.session_expiry,
-                )
-                self._lose_session()
+        self._liveness.give_back(held, self._pipe.sent_at if self._pipe is not None else None)
 
     def _lose_session(self) -> None:
         """From the heartbeat thread: stop every task now, give up every database call in
@@ -688,8 +686,12 @@ class Worker:
         for handle in handles:
             self._stop_job(handle, "the worker's session was lost")
         self._suspects_running = 0
+        self._ahead_suspect = False
         self._suspects.keep(self, False)
-        dropped = len(self._completions) + len(self._failures) + self._acker.drop()
+        if self._pipe is not None:
+            self._pipe.close()  # a turn in flight is never read: its claims are lost too
+        dropped = len(self._completions + self._ahead) + len(self._failures) + self._acker.drop()
+        self._ahead = []
         self._completions.clear()
         self._failures.clear()
         log.error(
@@ -732,6 +734,8 @@ class Worker:
     # -- shutdown -------------------------------------------------------------------------
     def _drain(self) -> None:
         """Graceful: let running tasks finish within the grace period, then release."""
+        if self._in_flight() and not self._halt.is_set():
+            self._read_turn()  # its jobs are ours: they run, within the grace period
         deadline = time.monotonic() + self.options.grace
         while self._running and not self._halt.is_set() and time.monotonic() < deadline:
             if self._session_lost.is_set():
@@ -758,7 +762,11 @@ class Worker:
         self._async.close()
         self._deadlines.clear()
         self._suspects_running = 0
+        self._ahead_suspect = False
         self._suspects.keep(self, False)
+        if self._pipe is not None:  # a turn in flight (a turn raised) is never read
+            self._pipe.close()
+            self._completions[:0], self._ahead = self._ahead, []  # written below, again
         if self._halt.is_set():
             self._closing = True  # left to expire: no more heartbeats
             log.warning(

@@ -51,7 +51,7 @@ def worker(store_url: str) -> Iterator[Worker]:
 def test_busy_heartbeats_are_sent_again(worker: Worker, monkeypatch: pytest.MonkeyPatch) -> None:
     flaky = Flaky(failures=2)
     monkeypatch.setattr(worker.store, "session_heartbeat", flaky)
-    beat, sent = worker._renew("s", [], Connection())
+    beat, sent = worker._liveness.renew("s", [], Connection())
     assert beat.alive and len(flaky.calls) == 3
     assert sent == pytest.approx(flaky.calls[-1], abs=0.01)  # trust starts at the renewal
 
@@ -63,7 +63,7 @@ def test_busy_retries_stop_when_the_next_heartbeat_is_due(
     monkeypatch.setattr(worker.store, "session_heartbeat", flaky)
     started = time.monotonic()
     with pytest.raises(errors.StoreBusy):
-        worker._renew("s", [], Connection())
+        worker._liveness.renew("s", [], Connection())
     assert len(flaky.calls) >= 3
     assert time.monotonic() - started <= INTERVAL + 0.5  # a sleep may overshoot on a busy box
 
@@ -72,5 +72,5 @@ def test_a_lost_connection_is_not_retried(worker: Worker, monkeypatch: pytest.Mo
     flaky = Flaky(failures=1)
     monkeypatch.setattr(worker.store, "session_heartbeat", flaky)
     with pytest.raises(errors.StoreBusy):
-        worker._renew("s", [], Connection(broken=True))
+        worker._liveness.renew("s", [], Connection(broken=True))
     assert len(flaky.calls) == 1

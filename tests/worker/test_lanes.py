@@ -256,8 +256,10 @@ def test_a_worker_that_closed_its_session_cuts_nothing_on_a_later_heartbeat(
     beats: list[float] = []
     worker = Worker(app, WorkerOptions(concurrency=2))
     monkeypatch.setattr(worker.store, "calls_cut", lambda reason: cuts.append(reason) or 0)
-    beat = worker._beat
-    monkeypatch.setattr(worker, "_beat", lambda conn: beats.append(time.monotonic()) or beat(conn))
+    beat = worker._liveness.beat
+    monkeypatch.setattr(
+        worker._liveness, "beat", lambda conn: beats.append(time.monotonic()) or beat(conn)
+    )
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
     thread.start()
     wait_for(lambda: worker.session is not None, what="a session")

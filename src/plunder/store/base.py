@@ -77,6 +77,59 @@ class Notifications(Protocol):
     def close(self) -> None: ...
 
 
+class TurnAnswer(Protocol):
+    """A turn sent ahead, committed, as its rows came back."""
+
+    @property
+    def claimed(self) -> int:
+        """How many jobs it claimed (read before the rows are)."""
+        ...
+
+    def jobs(self) -> list[JobRecord]:
+        """The jobs it claimed, in claim order."""
+        ...
+
+    def settle(self, now: Now = None) -> AckResult:
+        """What became of its completions; SessionGone (as from ``job_exchange_many``) if
+        it neither completed nor claimed anything and the session is gone."""
+        ...
+
+
+class TurnPipe(Protocol):
+    """A worker's turns sent ahead (PostgreSQL, see plunder.store.pgturn): each is sent
+    before the answer to the one before is read, so that the database runs it while the
+    worker starts that one's jobs. At most one in flight; one thread uses it."""
+
+    @property
+    def sent_at(self) -> float | None:
+        """When the turn in flight was sent (``time.monotonic()``); None: none is."""
+        ...
+
+    def send(
+        self,
+        completions: Sequence[Completion],
+        *,
+        session_id: str,
+        queues: Sequence[str],
+        tasks: Sequence[str],
+        limit: int,
+        take_suspect: bool,
+    ) -> bool:
+        """Send a turn as ``job_exchange_many`` would run it (completions without
+        effects, no failures). False: none sent, and none can be on this database.
+        After an error, whether it reached the database is unknown; none is in flight."""
+        ...
+
+    def receive(self) -> TurnAnswer:
+        """The answer to the turn in flight, once it committed. After an error, whether
+        it committed is unknown."""
+        ...
+
+    def close(self) -> None:
+        """Give its connection back; a turn still in flight is never read."""
+        ...
+
+
 class Store(Protocol):
     dialect: str
     """``"sqlite"`` or ``"postgres"``."""
@@ -219,6 +272,11 @@ class Store(Protocol):
     ) -> Exchange:
         """Acknowledge and claim in one transaction (a worker's turn, one commit); claims
         as :meth:`job_claim_many` does."""
+        ...
+
+    def turn_pipe(self) -> TurnPipe | None:
+        """Turns sent ahead, on a connection the pipe holds until closed; None where this
+        store has none (SQLite, a pool of one connection)."""
         ...
 
     def job_fail_many(self, failures: Sequence[Failure], *, now: Now = None) -> AckResult: ...

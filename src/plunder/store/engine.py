@@ -194,6 +194,10 @@ class Engine(ABC):
         is the transaction of several statements that ``job_exchange_many`` runs."""
         return None
 
+    def turn_pipe(self) -> Any:
+        """Turns sent ahead (see Store.turn_pipe); None: this store has none."""
+        return None
+
     @abstractmethod
     def close(self) -> None:
         """Close every connection this store opened."""

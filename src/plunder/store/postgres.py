@@ -51,10 +51,10 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 from plunder import errors
 from plunder.model import SUSPECT_LOSSES, AckResult, Completion, Exchange
-from plunder.store import convert, queries
+from plunder.store import pgturn, queries
 from plunder.store.deadlines import Deadlines
 from plunder.store.engine import Tx
-from plunder.store.pgtx import PgTx, array_literal
+from plunder.store.pgtx import PgTx
 from plunder.store.sqlbase import CLAIM_LEVELS, Claimed, SQLStore
 
 log = logging.getLogger("plunder.store")
@@ -703,39 +703,34 @@ class PostgresStore(SQLStore):
         delivers NOTIFY (the statement notifies the result waiters)."""
         if not self.notifies:
             return None
-        columns = convert.completion_columns(plain)
-        arrays = {key: array_literal(values) for key, values in columns.items()}
+        params = pgturn.turn_params(
+            plain, session_id, queues=queues, tasks=tasks, limit=limit, take_suspect=take_suspect
+        )
+        names, rows = self._run(
+            lambda tx: tx.table("job_exchange", **params, now=tx.clock(now)), single=True
+        )
+        answer = pgturn.Answer(self, plain, session_id, names, rows)
+        return Exchange(answer.settle(now), AckResult((), ()), tuple(answer.jobs()))
 
-        def op(tx: Tx) -> Claimed:
-            return tx.table(
-                "job_exchange",
-                **arrays,
-                session_id=session_id,
-                queues=list(dict.fromkeys(queues)),  # a queue named twice is read once
-                tasks=list(tasks),
-                limit=int(limit),
-                take_suspect=bool(take_suspect),
-                suspect_losses=SUSPECT_LOSSES,
-                levels=CLAIM_LEVELS,
-                now=tx.clock(now),
-            )
+    def turn_pipe(self) -> pgturn.TurnPipe | None:
+        """Turns sent ahead (see plunder.store.pgturn), on a connection of the pool held
+        for them: not with a pool of one, which the pipe would keep from every other call."""
+        if self._pool_size < 2 or not self.notifies:
+            return None
+        return pgturn.TurnPipe(self)
 
-        names, rows = self._run(op, single=True)
-        acked = int(rows[0][0])  # on each row; one row of NULLs when nothing was claimed
-        claimed = [row[1:] for row in rows if row[1] is not None]
-        if acked == len(plain):
-            completed = AckResult(tuple(c.claim for c, _ in plain), ())
-        else:  # refused, or a retry of one that committed: look at each (a rare turn)
-            ok, refused = self._run(lambda tx: self._settle(tx, plain, tx.clock(now)))
-            completed = AckResult(tuple(ok), tuple(refused))
-        if not claimed and not acked:  # as a claim: nothing found, the session may be gone
-            alive = self._run(
-                lambda tx: tx.one("session_alive", session_id=session_id, now=tx.clock(now)),
-                single=True,
-            )
-            if alive is None:
-                raise errors.SessionGone(f"session {session_id} has expired or was closed")
-        return Exchange(completed, AckResult((), ()), tuple(self._claimed((names[1:], claimed))))
+    def _pipe_connection(self) -> psycopg.Connection[Any] | None:
+        """A pooled connection for a TurnPipe to hold; None (given back) behind a
+        transaction pooler, where each transaction must first make plunder's settings."""
+        try:
+            conn = self._get_pool().getconn()
+        except PoolTimeout as exc:
+            raise errors.StoreUnavailable(f"cannot connect to {self.url}: {exc}") from exc
+        if (isinstance(conn, _Connection) and conn.per_transaction) or not conn.autocommit:
+            self._get_pool().putconn(conn)
+            return None
+        conn.prepare_threshold = self._prepare_threshold()
+        return conn
 
     def _claim_rows(
         self,

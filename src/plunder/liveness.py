@@ -1,0 +1,187 @@
+"""A worker's session, kept alive and watched.
+
+```
+ hub thread ── every heartbeat_interval: beat() ── session_heartbeat ──▶ database
+                 │  renewed: trusted until session_expiry after it was *sent*;
+                 │  claims to stop (cancelled, timed out, superseded); claims unknown
+                 └─ gone (the database clock says so) ──────────────────────▶ lost()
+ watchdog    ── watch(): no renewal for session_expiry by this process's
+                 monotonic clock, however long a heartbeat call hangs ──────▶ lost()
+```
+
+The worker answers each finding through the callables it gives: it stops the claims the
+database says are no longer current, and on a lost session stops every task and cuts every
+call in flight. Claims the database has running under the session but the worker did not
+report are kept here until the worker's main thread looks at them (``give_back``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from plunder import errors, policy
+from plunder.config import Settings
+from plunder.model import Claim, Heartbeat, Session
+from plunder.store import Store
+
+log = logging.getLogger("plunder.worker")
+
+
+class Liveness:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        *,
+        session: Callable[[], Session | None],
+        quiet: Callable[[], bool],
+        claims: Callable[[], list[Claim]],
+        stop: Callable[[Sequence[Claim]], None],
+        lost: Callable[[], None],
+    ) -> None:
+        """``session()``: the session to keep (None while there is none); ``quiet()``: no
+        heartbeat now (the session is lost already, or being closed); ``claims()``: the
+        claims the worker holds. ``stop`` and ``lost`` are called with what a heartbeat or
+        the watchdog found."""
+        self.store = store
+        self.settings = settings
+        self._session = session
+        self._quiet = quiet
+        self._claims = claims
+        self._stop = stop
+        self._lost = lost
+        self._lock = threading.Lock()
+        self._unknown: set[Claim] = set()  # reported, not yet looked at
+        self._unknown_at = 0.0  # when a report last came in (time.monotonic())
+        # when the last renewal that succeeded was sent (time.monotonic()); a new session
+        # sets it before the watchdog sees the session
+        self.last_beat = time.monotonic()
+
+    def beat(self, connection: Any) -> None:
+        """One heartbeat, on the hub thread, over the hub's dedicated connection."""
+        session = self._session()
+        if session is None or self._quiet():
+            return
+        try:
+            beat, started = self.renew(session.id, self._claims(), connection)
+        except errors.StoreError as exc:
+            silent = time.monotonic() - self.last_beat
+            log.warning("heartbeat failed (%s); last renewed %.1fs ago", exc, silent)
+            if silent > self.settings.session_expiry:
+                log.error(
+                    "session %s could not be renewed for longer than its expiry: "
+                    "assuming it is gone",
+                    session.id,
+                )
+                self._lost()
+            return
+        if not beat.alive:
+            if self._quiet():  # closed by the worker while the beat was on its way
+                return
+            log.error("session %s is gone (expired or closed by the database clock)", session.id)
+            self._lost()
+            return
+        # trust starts from when the renewal was sent, never from when a slow one returned
+        self.last_beat = started
+        if beat.stop:
+            self._stop(beat.stop)
+        if beat.unknown:
+            self.report_unknown(beat.unknown)
+
+    def report_unknown(self, claims: Sequence[Claim]) -> None:
+        """Claims the database has running under the session that the worker did not
+        report, for ``give_back``."""
+        with self._lock:
+            self._unknown.update(claims)
+            self._unknown_at = time.monotonic()
+
+    def give_back(self, held: Callable[[], set[int]], in_flight_since: float | None) -> None:
+        """On the thread that claims and acknowledges: the reported claims whose jobs are
+        not ``held()`` by the worker go back to the queue at once, the attempt not counted.
+
+        Most were claimed, finished or acknowledged while the report was on its way, and
+        here that shows: they are running, or their results wait to be sent, or their
+        claim is already spent (and the release, fenced by the claim, changes nothing). The
+        rest were claimed by a transaction whose answer never arrived (the connection died
+        after the commit): no task runs them, and without this they would stay running for
+        as long as the worker lives. A claim still on its way may be committed already, and
+        seen by a report, before the worker has read it: while a turn sent at
+        ``in_flight_since`` is unread, a report that came in after it waits."""
+        session = self._session()
+        with self._lock:
+            if in_flight_since is not None and in_flight_since <= self._unknown_at:
+                return  # the report may have seen the claims of the turn in flight: later
+            unknown, self._unknown = self._unknown, set()
+        if not unknown or session is None:
+            return
+        kept = held()
+        orphans = [c for c in unknown if c.job_id not in kept and c.session_id == session.id]
+        if not orphans:
+            return
+        try:
+            released = self.store.job_release_many(orphans).accepted
+        except errors.StoreError as exc:
+            log.warning("could not give back %d unstarted claims: %s", len(orphans), exc)
+            return  # the next heartbeat reports them again
+        for claim in released:
+            log.warning(
+                "job %d attempt %d: claimed by this worker but never started (the claim's "
+                "answer was lost); given back to the queue",
+                claim.job_id,
+                claim.attempt,
+            )
+
+    def renew(
+        self, session_id: str, claims: list[Claim], connection: Any
+    ) -> tuple[Heartbeat, float]:
+        """Send one heartbeat; return it and when the renewal that succeeded was sent.
+
+        A busy answer (a serialization failure, which CockroachDB raises at COMMIT, or a
+        deadlock) is sent again as a whole after the fixed busy interval, until the next
+        heartbeat would be due: a few busy answers in a row must not cost a healthy worker
+        its session. A lost connection is not retried here; the hub reconnects first."""
+        deadline = time.monotonic() + self.settings.heartbeat_interval
+        backoff = policy.BusyBackoff()
+        while True:
+            sent = time.monotonic()
+            try:
+                return self.store.session_heartbeat(session_id, claims, conn=connection), sent
+            except errors.StoreBusy:
+                wait = backoff.next_wait()
+                lost = getattr(connection, "closed", False) or getattr(connection, "broken", False)
+                if wait is None or lost or time.monotonic() + wait >= deadline:
+                    raise
+                time.sleep(wait)
+
+    def watch(self, stop: threading.Event) -> None:
+        """The watchdog's loop, until ``stop``: trust in the session ends
+        ``session_expiry`` after the last renewal was sent, by this process's monotonic
+        clock, even if the heartbeat call itself hangs.
+
+        Two heartbeat intervals without a renewal are already news, said once: a database
+        that hangs gives no error to log, and its calls are only cut at their deadlines."""
+        interval, expiry = self.settings.heartbeat_interval, self.settings.session_expiry
+        warned = None  # the renewal after which we said so
+        while not stop.wait(interval / 2):
+            last = self.last_beat
+            silent = time.monotonic() - last
+            trusted = self._session() is not None and not self._quiet()
+            if trusted and warned != last and 2 * interval < silent <= expiry:
+                warned = last
+                log.warning(
+                    "database slow or unreachable: no heartbeat renewal for %.1fs "
+                    "(one is due every %.1fs)",
+                    silent,
+                    interval,
+                )
+            if trusted and silent > expiry:
+                log.error(
+                    "no heartbeat renewal for %.1fs (expiry %.1fs): assuming the session is gone",
+                    silent,
+                    expiry,
+                )
+                self._lost()

@@ -1,0 +1,272 @@
+"""A worker's turns on PostgreSQL: the statement (job_exchange), what its rows mean, and
+turns *sent ahead* on a connection the worker holds in pipeline mode.
+
+A turn — the results of the jobs that finished and a claim of new ones, one statement that
+commits on its own — keeps the database busy for a couple of milliseconds, and the worker's
+Python (reading the rows into records, starting the jobs, collecting their outcomes) for
+about as long. Run one after the other they add up. Sent ahead, they overlap:
+
+```
+ worker ─ send(N+1) ─▶ reads N's rows, starts N's jobs, collects outcomes ─ receive(N+1) ─▶
+            │                                                                  ▲
+ database   └── runs N+1, commits it at its Sync ── (idle, or the next turn) ──┘
+```
+
+The statement goes out with its Sync at once, so the server commits it as soon as it has
+run it; ``receive`` only reads the answer. A turn's jobs are started only after its answer
+arrived, that is, after it committed. Until then its claims are invisible to the worker: a
+heartbeat that reads them meanwhile must not take them for lost (see Worker), and its
+results are on their way, held like any results not yet written.
+
+A turn that fails (an error, a lost or cut connection) ends the pipe's connection: it is
+closed, and the next send opens another. Whether that turn committed may be unknown; its
+results are sent again by the caller (an acknowledgement that committed already is
+recognised as such), and claims that did commit are given back once the heartbeat reports
+them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from plunder import errors
+from plunder.model import SUSPECT_LOSSES, AckResult, Completion, JobRecord
+from plunder.store import convert
+from plunder.store.deadlines import Call
+from plunder.store.pgtx import array_literal
+from plunder.store.sqlbase import CLAIM_LEVELS
+
+if TYPE_CHECKING:
+    from plunder.store.postgres import PostgresStore
+
+Encoded = list[tuple[Completion, str]]  # completions with their results encoded
+
+
+def turn_params(
+    plain: Encoded,
+    session_id: str,
+    *,
+    queues: Sequence[str],
+    tasks: Sequence[str],
+    limit: int,
+    take_suspect: bool,
+) -> dict[str, Any]:
+    """job_exchange's parameters, but for ``now``."""
+    columns = convert.completion_columns(plain)
+    return {
+        **{key: array_literal(values) if values else "{}" for key, values in columns.items()},
+        "session_id": session_id,
+        "queues": list(dict.fromkeys(queues)),  # a queue named twice is read once
+        "tasks": list(tasks),
+        "limit": int(limit),
+        "take_suspect": bool(take_suspect),
+        "suspect_losses": SUSPECT_LOSSES,
+        "levels": CLAIM_LEVELS,
+    }
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A turn's rows as they came back (it committed): on each, how many jobs it completed,
+    then a claimed job's columns (one row of NULLs when it claimed none). Read into records
+    by ``jobs()``, after the caller has sent its next turn."""
+
+    store: PostgresStore
+    plain: Encoded
+    session_id: str
+    names: list[str]
+    rows: list[Sequence[Any]]
+
+    @property
+    def claimed(self) -> int:
+        """How many jobs it claimed."""
+        return sum(1 for row in self.rows if row[1] is not None)
+
+    def jobs(self) -> list[JobRecord]:
+        """The jobs it claimed, in claim order."""
+        claimed = [row[1:] for row in self.rows if row[1] is not None]
+        return self.store._claimed((self.names[1:], claimed))
+
+    def settle(self, now: datetime | None = None) -> AckResult:
+        """What became of its completions: looked at one by one if it completed fewer than
+        it was given (refused, or a retry of one that committed). Raises SessionGone if it
+        neither completed nor claimed anything and the session is gone."""
+        store, plain = self.store, self.plain
+        acked = int(self.rows[0][0]) if self.rows else 0
+        if acked == len(plain):
+            completed = AckResult(tuple(c.claim for c, _ in plain), ())
+        else:
+            ok, refused = store._run(lambda tx: store._settle(tx, plain, tx.clock(now)))
+            completed = AckResult(tuple(ok), tuple(refused))
+        if not acked and not self.claimed:  # as a claim: nothing found, the session may be gone
+            alive = store._run(
+                lambda tx: tx.one("session_alive", session_id=self.session_id, now=tx.clock(now)),
+                single=True,
+            )
+            if alive is None:
+                raise errors.SessionGone(f"session {self.session_id} has expired or was closed")
+        return completed
+
+
+def _sync_now(pipeline: psycopg.Pipeline, conn: psycopg.Connection[Any]) -> bool:
+    """Send a Sync now, without waiting for any result, so that the server commits the
+    statement before it as soon as it has run it. psycopg's public ``Pipeline.sync()``
+    also waits for every result; this uses the two steps it is made of. False where this
+    psycopg has not got them: the Sync then goes with the reading of the answer."""
+    enqueue = getattr(pipeline, "_enqueue_sync", None)
+    communicate = getattr(pipeline, "_communicate_gen", None)
+    if not (callable(enqueue) and callable(communicate) and hasattr(pipeline, "_fetch_gen")):
+        return False
+    enqueue()
+    conn.wait(communicate())
+    return True
+
+
+@dataclass
+class _Flight:
+    cursor: psycopg.Cursor[Any]
+    plain: Encoded
+    session_id: str
+    watch: ExitStack  # the call's deadline, from send to receive
+    call: Call
+    synced: bool  # the Sync went out with the statement
+    sent_at: float  # time.monotonic()
+
+
+class TurnPipe:
+    """One worker's turns sent ahead on one held connection (see the module docstring).
+    At most one turn is in flight; only the worker's main thread uses it."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+        self._conn: psycopg.Connection[Any] | None = None
+        self._pipeline: psycopg.Pipeline | None = None
+        self._mode: AbstractContextManager[psycopg.Pipeline] | None = None  # pipeline mode
+        self._flight: _Flight | None = None
+
+    @property
+    def sent_at(self) -> float | None:
+        """When the turn in flight was sent (``time.monotonic()``); None: none is."""
+        return None if self._flight is None else self._flight.sent_at
+
+    def send(
+        self,
+        completions: Sequence[Completion],
+        *,
+        session_id: str,
+        queues: Sequence[str],
+        tasks: Sequence[str],
+        limit: int,
+        take_suspect: bool,
+    ) -> bool:
+        """Send a turn: these completions (plain, without effects) and a claim of up to
+        ``limit`` jobs. False: nothing was sent, and no turn can be sent ahead on this
+        database (a transaction pooler: plunder's settings are made per transaction there).
+        Raises the store's errors; after one, whether it reached the database is unknown,
+        and nothing is in flight."""
+        if self._flight is not None:
+            raise RuntimeError("a turn is in flight already: receive it first")
+        if any(c.effects is not None for c in completions):
+            raise ValueError("completions with effects go through job_complete_many")
+        store = self._store
+        store._check_claim(queues, limit)
+        plain = store._encode_results(completions)
+        params = turn_params(
+            plain, session_id, queues=queues, tasks=tasks, limit=limit, take_suspect=take_suspect
+        )
+        opened = self._open()
+        if opened is None:
+            return False
+        conn, pipeline = opened
+        watch = ExitStack()
+        call = watch.enter_context(store._deadlines.watch(conn, store._call_timeout))
+        try:
+            cursor = conn.cursor(row_factory=tuple_row)
+            cursor.execute(store.queries["job_exchange"], {**params, "now": None}, binary=True)
+            synced = _sync_now(pipeline, conn)
+        except psycopg.Error as exc:
+            watch.close()
+            self.close(discard=True)
+            raise self._error(exc, call) from exc
+        except BaseException:
+            watch.close()
+            self.close(discard=True)
+            raise
+        self._flight = _Flight(cursor, plain, session_id, watch, call, synced, time.monotonic())
+        return True
+
+    def receive(self) -> Answer:
+        """The answer to the turn in flight, once it committed. Raises the store's errors;
+        after one, whether it committed is unknown."""
+        flight, self._flight = self._flight, None
+        if flight is None:
+            raise RuntimeError("no turn is in flight")
+        conn, pipeline = self._conn, self._pipeline
+        assert conn is not None and pipeline is not None
+        try:
+            with flight.watch:
+                if flight.synced:
+                    conn.wait(pipeline._fetch_gen(flush=False))
+                if not flight.synced or flight.cursor.pgresult is None:
+                    pipeline.sync()
+                description = flight.cursor.description
+                if description is None:
+                    raise errors.StoreError(f"{self._store.url}: a turn came back without rows")
+                names = [column.name for column in description]
+                rows = list(flight.cursor.fetchall())
+        except psycopg.Error as exc:
+            self.close(discard=True)
+            raise self._error(exc, flight.call) from exc
+        except BaseException:
+            self.close(discard=True)
+            raise
+        return Answer(self._store, flight.plain, flight.session_id, names, rows)
+
+    def close(self, *, discard: bool = False) -> None:
+        """Give the connection back to the pool: closed first if a turn is in flight (its
+        answer is never read) or ``discard``."""
+        conn, mode = self._conn, self._mode
+        self._conn = self._pipeline = self._mode = None
+        flight, self._flight = self._flight, None
+        if flight is not None:
+            flight.watch.close()
+        if conn is None:
+            return
+        if flight is not None or discard or conn.broken:
+            conn.close()
+        if mode is not None:
+            try:  # pipeline mode ends: at once with nothing in flight, or with an error
+                mode.__exit__(None, None, None)  # on a closed connection, caught here
+            except psycopg.Error:
+                conn.close()
+        self._store._get_pool().putconn(conn)
+
+    def _open(self) -> tuple[psycopg.Connection[Any], psycopg.Pipeline] | None:
+        if self._conn is not None and self._pipeline is not None and not self._conn.closed:
+            return self._conn, self._pipeline
+        self.close(discard=True)
+        conn = self._store._pipe_connection()
+        if conn is None:
+            return None
+        self._conn = conn
+        try:
+            self._mode = conn.pipeline()
+            self._pipeline = self._mode.__enter__()
+        except psycopg.Error as exc:
+            self.close(discard=True)
+            raise self._error(exc, None) from exc
+        return conn, self._pipeline
+
+    def _error(self, exc: psycopg.Error, call: Call | None) -> Exception:
+        if call is not None and call.reason is not None:
+            return errors.StoreBusy(f"{self._store.url}: {call.reason}; the connection was cut")
+        translated = self._store._translate(exc)
+        return translated if translated is not None else errors.StoreError(str(exc))

@@ -1,0 +1,176 @@
+"""Turns sent ahead, ``Store.turn_pipe()``: a worker's turn (completions and a claim) sent
+on a connection the pipe holds, committed by the database as soon as it has run it, and
+read later. SQLite has none; on PostgreSQL a turn through the pipe is fenced and claims
+exactly as ``job_exchange_many`` does."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+import plunder
+from plunder import errors
+from plunder.model import Claim, Completion, JobSpec, Session
+from plunder.states import Status
+from plunder.store import Store
+from plunder.store.base import TurnPipe
+from tests.store.helpers import claim, open_session
+
+
+@pytest.fixture
+def pipe(store: Store) -> Iterator[TurnPipe]:
+    made = store.turn_pipe()
+    if made is None:
+        assert store.dialect == "sqlite"
+        pytest.skip("SQLite has no turns sent ahead")
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def send(pipe: TurnPipe, session: Session, done: list[Claim], *, limit: int = 10) -> None:
+    sent = pipe.send(
+        [Completion(c, {"job": c.job_id}) for c in done],
+        session_id=session.id,
+        queues=["default"],
+        tasks=["t"],
+        limit=limit,
+        take_suspect=True,
+    )
+    assert sent
+
+
+def running(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM plunder_jobs WHERE status = 'running'").fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def test_sqlite_has_no_pipe_and_neither_has_a_pool_of_one(store_url: str) -> None:
+    one = plunder.open_store(store_url, pool_size=1)
+    try:
+        assert one.turn_pipe() is None
+    finally:
+        one.close()
+
+
+def test_turns_through_the_pipe_complete_and_claim_in_order(store: Store, pipe: TurnPipe) -> None:
+    store.job_enqueue_many([JobSpec("t", [i]) for i in range(5)])
+    session = open_session(store)
+    assert pipe.sent_at is None
+    send(pipe, session, [], limit=2)
+    assert pipe.sent_at is not None
+    answer = pipe.receive()
+    assert pipe.sent_at is None
+    assert answer.claimed == 2
+    first = answer.jobs()
+    assert [j.args for j in first] == [[0], [1]]
+    assert answer.settle().accepted == ()
+    for job in first:
+        assert job.status == Status.RUNNING and job.attempt == 1
+        assert job.claim.session_id == session.id
+    send(pipe, session, [j.claim for j in first], limit=2)
+    answer = pipe.receive()
+    assert answer.settle().accepted == tuple(j.claim for j in first)
+    assert [j.args for j in answer.jobs()] == [[2], [3]]
+    for job in first:
+        done = store.job_get(job.id)
+        assert done.status == Status.SUCCEEDED and done.result == {"job": job.id}
+
+
+def test_a_turn_commits_before_its_answer_is_read(
+    store: Store, store_url: str, pipe: TurnPipe
+) -> None:
+    """The point of the pipe: the database runs and commits the turn while the worker does
+    something else; another connection sees its claims before ``receive()``."""
+    store.job_enqueue_many([JobSpec("t", [i]) for i in range(3)])
+    session = open_session(store)
+    send(pipe, session, [], limit=3)
+    deadline = time.monotonic() + 10
+    while running(store_url) < 3:
+        assert time.monotonic() < deadline, "the turn did not commit before it was read"
+        time.sleep(0.01)
+    assert pipe.receive().claimed == 3
+
+
+def test_a_pipe_turn_refuses_stale_completions_and_still_claims(
+    store: Store, pipe: TurnPipe
+) -> None:
+    store.job_enqueue_many([JobSpec("t", [i]) for i in range(4)])
+    session = open_session(store)
+    jobs = claim(store, session, limit=2)
+    store.job_cancel(jobs[1].id)
+    forged = Claim(jobs[0].id, jobs[0].attempt + 1, session.id)
+    send(pipe, session, [jobs[0].claim, jobs[1].claim, forged], limit=2)
+    answer = pipe.receive()
+    settled = answer.settle()
+    assert settled.accepted == (jobs[0].claim,)
+    assert set(settled.stale) == {jobs[1].claim, forged}
+    assert [j.args for j in answer.jobs()] == [[2], [3]]
+
+
+def test_a_turn_of_a_closed_session_claims_nothing_and_says_so(
+    store: Store, pipe: TurnPipe
+) -> None:
+    store.job_enqueue_many([JobSpec("t", [1])])
+    session = open_session(store)
+    store.session_close(session.id)
+    send(pipe, session, [])
+    answer = pipe.receive()
+    assert answer.claimed == 0 and answer.jobs() == []
+    with pytest.raises(errors.SessionGone):
+        answer.settle()
+    assert store.job_list().jobs[0].status == Status.PENDING
+
+
+def test_a_cut_turn_fails_busy_and_the_next_one_goes_on_a_fresh_connection(
+    store: Store, pipe: TurnPipe
+) -> None:
+    store.job_enqueue_many([JobSpec("t", [i]) for i in range(4)])
+    session = open_session(store)
+    send(pipe, session, [], limit=1)
+    assert pipe.receive().claimed == 1  # the pipe's connection is open
+    send(pipe, session, [], limit=1)
+    cut: list[int] = []  # by another thread, as a worker's heartbeat would
+    cutter = threading.Thread(target=lambda: cut.append(store.calls_cut("the test cut it")))
+    cutter.start()
+    cutter.join()
+    assert cut == [1]
+    with pytest.raises(errors.StoreBusy, match="the test cut it"):
+        pipe.receive()
+    assert pipe.sent_at is None
+    send(pipe, session, [], limit=1)
+    assert pipe.receive().claimed == 1
+    # the cut turn may or may not have committed: its claim, if it did, is running
+    assert len(store.job_list(status=Status.PENDING).jobs) in (1, 2)
+
+
+def test_closing_with_a_turn_in_flight_gives_the_connection_back(
+    store: Store, pipe: TurnPipe
+) -> None:
+    store.job_enqueue_many([JobSpec("t", [i]) for i in range(2)])
+    session = open_session(store)
+    send(pipe, session, [], limit=1)
+    pipe.close()
+    assert pipe.sent_at is None
+    assert len(store.job_list().jobs) == 2  # the pool serves on
+    send(pipe, session, [], limit=1)  # and the pipe opens another connection
+    assert pipe.receive().claimed == 1  # the turn never read claimed one or none
+
+
+def test_one_turn_at_a_time_and_only_plain_completions(store: Store, pipe: TurnPipe) -> None:
+    session = open_session(store)
+    with pytest.raises(RuntimeError, match="no turn is in flight"):
+        pipe.receive()
+    send(pipe, session, [])
+    with pytest.raises(RuntimeError, match="in flight already"):
+        send(pipe, session, [])
+    pipe.receive()
+    with pytest.raises(ValueError, match="claim limit"):
+        send(pipe, session, [], limit=0)

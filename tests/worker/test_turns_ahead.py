@@ -1,0 +1,104 @@
+"""Turns sent ahead (PostgreSQL): a busy worker sends its next turn before it starts the jobs
+of the one just read, and the database commits it meanwhile. Its claims are then running
+under the worker's session before the worker knows them: a heartbeat report that saw them
+must not have them given back as lost, and a worker that stops must still run them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from plunder.model import Claim
+from plunder.states import Outcome, Status
+from plunder.worker import Worker, WorkerOptions
+from tests.store.helpers import claim
+from tests.worker import tasks
+from tests.worker.conftest import wait_for
+
+
+@contextmanager
+def idle_worker(url: str, concurrency: int) -> Iterator[Worker]:
+    """A worker with a session, its loop not running: the test takes its turns."""
+    tasks.app.configure(url=url, heartbeat_interval=0.1, session_expiry=5.0)
+    worker = Worker(tasks.app, WorkerOptions(concurrency=concurrency))
+    worker._open_session()
+    try:
+        yield worker
+    finally:
+        worker._close()
+        tasks.app.close()
+
+
+def running_claims(worker: Worker) -> set[Claim]:
+    return {j.claim for j in worker.store.job_list(status=Status.RUNNING, limit=500).jobs}
+
+
+def test_a_busy_worker_sends_turns_ahead_and_runs_each_job_once(store_url: str) -> None:
+    tasks.app.configure(url=store_url, heartbeat_interval=0.1, session_expiry=2.0)
+    worker = Worker(tasks.app, WorkerOptions(concurrency=20))
+    sent: list[int] = []
+    if worker._pipe is not None:
+        real = worker._pipe.send
+
+        def counted(*args: Any, **kwargs: Any) -> bool:
+            sent.append(kwargs["limit"])
+            return real(*args, **kwargs)
+
+        worker._pipe.send = counted  # type: ignore[method-assign]
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        jobs = tasks.add.enqueue_many([(i, 1) for i in range(600)])
+        assert [j.result(timeout=60) for j in jobs] == [i + 1 for i in range(600)]
+        wait_for(lambda: worker.stats["succeeded"] == 600, timeout=30)
+        assert worker.stats["claimed"] == 600 and worker.stats["stale"] == 0
+        for job in jobs[::50]:
+            assert [r.outcome for r in job.runs] == [Outcome.SUCCEEDED]
+            assert job.refresh().attempt == 1
+    finally:
+        worker.stop()
+        thread.join(timeout=15)
+        tasks.app.close()
+    assert not thread.is_alive() and worker.error is None
+    if store_url.startswith("sqlite"):
+        assert worker._pipe is None
+    else:  # turns of at most half the slots, most of them sent ahead
+        assert len(sent) >= 60 and max(sent) == 10
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_report_that_may_have_seen_the_turn_in_flight_waits_for_it(store_url: str) -> None:
+    with idle_worker(store_url, concurrency=4) as worker:
+        jobs = tasks.sleepy.enqueue_many([(30,) for _ in range(4)])
+        session = worker.session
+        assert session is not None
+        (orphan,) = claim(worker.store, session, tasks=["sleepy"], limit=1)  # its answer lost
+        assert worker._send_turn(4)  # a claim of two (half the slots)
+        wait_for(lambda: len(running_claims(worker)) == 3, what="the turn committed")
+        in_flight = running_claims(worker) - {orphan.claim}
+        # a heartbeat's report that came after the turn was sent may have seen its claims
+        worker._liveness.report_unknown([orphan.claim, *in_flight])
+        worker._give_back_unknown()
+        assert running_claims(worker) == {orphan.claim, *in_flight}  # nothing given back
+        assert worker._read_turn() == 2  # the turn read, its jobs started
+        assert set(worker._running) == {c.job_id for c in in_flight}
+        worker._give_back_unknown()  # now the report is acted on: the orphan goes back
+        assert running_claims(worker) >= in_flight
+        assert worker.store.job_get(orphan.id).status == Status.PENDING
+        for job in jobs:
+            job.cancel()
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_worker_stopping_with_a_turn_in_flight_runs_its_jobs(store_url: str) -> None:
+    with idle_worker(store_url, concurrency=8) as worker:
+        jobs = tasks.add.enqueue_many([(i, 2) for i in range(4)])
+        assert worker._send_turn(8)
+        worker.stop()
+        worker._drain()
+        assert worker.stats["claimed"] == 4 and worker.stats["succeeded"] == 4
+        assert [j.result(timeout=5) for j in jobs] == [i + 2 for i in range(4)]

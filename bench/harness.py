@@ -84,6 +84,7 @@ class System:
 
 
 LANES = "-c 200 --lanes 2"
+SERIAL = "-c 100 --no-turns-ahead"
 SYSTEMS = {
     s.name: s
     for s in [
@@ -93,7 +94,17 @@ SYSTEMS = {
             False,
             PG_SCENARIOS,
             "production defaults (fencing, run history, wake-ups, session expiry 5 s, "
-            "janitor 1 s); worker `-c 100` (claim batch = free slots)",
+            "janitor 1 s); worker `-c 200` (turns sent ahead, each claiming up to 100)",
+        ),
+        System(
+            "plunder_pg_serial",
+            "pg",
+            False,
+            {k: v for k, v in PG_SCENARIOS.items() if k in ("2", "3")},
+            "as plunder_pg, with `-c 100 --no-turns-ahead`: one turn at a time, each "
+            "claiming as many jobs as there are free slots (2 connections per worker "
+            "instead of 3; the default before turns were sent ahead)",
+            extra=(("worker_args", SERIAL.split()),),
         ),
         System(
             "plunder_pg_parallel",
@@ -444,7 +455,11 @@ def targets(medians: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             0.5,
         )
     # the same drains with a worker's options for short jobs (nothing turned off)
-    for system, flags in (("plunder_pg_parallel", "--parallel-acks"), ("plunder_pg_lanes", LANES)):
+    for system, flags in (
+        ("plunder_pg_serial", SERIAL),
+        ("plunder_pg_parallel", "--parallel-acks"),
+        ("plunder_pg_lanes", LANES),
+    ):
         for drain in ("drain_1", "drain_2"):
             procs = drain[-1]
             mine = get(system, drain)

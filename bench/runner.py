@@ -17,6 +17,7 @@ from bench.common import BenchError, Params, emit
 
 MODULES = {
     "plunder_pg": "bench.systems.plunder",
+    "plunder_pg_serial": "bench.systems.plunder",
     "plunder_pg_parallel": "bench.systems.plunder",
     "plunder_pg_lanes": "bench.systems.plunder",
     "plunder_sqlite": "bench.systems.plunder",

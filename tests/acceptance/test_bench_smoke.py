@@ -17,6 +17,7 @@ from bench import harness  # noqa: E402
 
 SYSTEMS = [
     "plunder_pg",
+    "plunder_pg_serial",
     "plunder_pg_parallel",
     "plunder_pg_lanes",
     "raw_pg",
@@ -62,6 +63,7 @@ def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -
     medians = report["medians"]
     expected = {
         "plunder_pg": ["enqueue", "drain_1", "drain_2", "depth_small", "depth_large"],
+        "plunder_pg_serial": ["drain_1", "drain_2"],
         "plunder_pg_parallel": ["drain_1", "drain_2"],
         "plunder_pg_lanes": ["drain_1", "drain_2"],
         "raw_pg": ["enqueue", "drain_1", "drain_2", "depth_small", "depth_large"],

@@ -236,7 +236,7 @@ def interval_options(fn: F) -> F:
     show_default=True,
     help="Split the slots among this many claim loops, each with its own session and "
     "connection, so that one's turn is at the database while another's jobs run "
-    "(faster on short jobs; -c 200 --lanes 2 claims batches of 100).",
+    "(faster on short jobs; -c 200 --lanes 2 is two lanes of 100 slots).",
 )
 @interval_options
 @pass_state

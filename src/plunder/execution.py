@@ -26,6 +26,7 @@ import multiprocessing
 import multiprocessing.connection
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,7 @@ from plunder.states import Outcome as RunOutcome
 from plunder.task import Task
 
 log = logging.getLogger("plunder.execution")
+STREAM_INTERVAL = 0.05
 worker_log = logging.getLogger("plunder.worker")  # what happened to a worker's jobs
 
 
@@ -61,6 +63,28 @@ class Handle:
     process: Any = None
     thread: threading.Thread | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def flush_stream(self) -> None:
+        """Write the stream events and progress its task buffered (fenced by its claim);
+        a failure is logged, and what failed to go out is tried again at the next flush."""
+        try:
+            self.ctx.flush()
+        except errors.StaleClaim:
+            log.warning("job %d: stream refused, claim no longer current", self.job.id)
+        except errors.StoreError as exc:
+            log.warning("job %d: stream write failed (%s); will retry", self.job.id, exc)
+
+
+def stream_loop(
+    handles: Callable[[], list[Handle]], wake: threading.Event, stop: threading.Event
+) -> None:
+    """A worker's streamer, until ``stop``: flush the running jobs' streams every
+    STREAM_INTERVAL, or at once when a task buffered FLUSH_BYTES (``wake``)."""
+    while not stop.is_set():
+        wake.wait(STREAM_INTERVAL)
+        wake.clear()
+        for handle in handles():
+            handle.flush_stream()
 
 
 def failure(

@@ -24,9 +24,10 @@ its own right, so that one lane's turn is at the database while another's Python
   heartbeat cut so is sent again at the next interval).
 - **The slots are shared out:** ``concurrency`` is the process's, and each lane claims for
   its share (``concurrency // lanes``, the first ``concurrency % lanes`` lanes one more),
-  so the claim batch of a lane is its share. Short jobs want batches of about 100 each.
-- **Connections:** one per lane (two with parallel acks), plus the hub's, plus the janitor's
-  while it holds the lease.
+  so the claim batch of a lane is its share, or half of it with turns sent ahead (the
+  default on PostgreSQL). Short jobs want batches of about 100 each.
+- **Connections:** two per lane (one with ``turns_ahead=False``), plus the hub's, plus the
+  janitor's while it holds the lease.
 - **Suspects** (jobs lost with a dead worker, any of which may have killed it) run one at a
   time in the whole process, as in a worker of one lane: whatever runs beside a poison job
   dies with it, whichever lane runs it.

@@ -4,13 +4,13 @@
  main thread   ── claim (free slots, one batch) ─▶ start ─▶ outcomes ─▶ acknowledge (batch) ─┐
                  ▲                                                                            │
                  └──────────────── wait for an outcome or the poll interval ◀─────────────────┘
- acker         ── with parallel acks (PostgreSQL), writes the acknowledgements on a
-                  connection of its own while the main thread claims the next jobs
-                  (plunder.acker); by default the main thread acknowledges and claims in
-                  one transaction
- heartbeat     ── every heartbeat_interval, own store and connection: extend the session,
-                  learn which claims to stop (cancelled, timed out, superseded) and
-                  whether the session is gone
+ turns         ── acknowledge and claim in one statement; on PostgreSQL a busy worker
+                  sends the next before it starts the last one's jobs (plunder.store.pgturn)
+                  or, with parallel acks, writes acknowledgements on a thread of their own
+                  (plunder.acker)
+ heartbeat     ── on the hub, every heartbeat_interval: extend the session, learn which
+                  claims to stop and whether the session is gone (plunder.liveness); a
+                  watchdog judges it lost once not renewed for the session expiry
  streamer      ── every 50 ms: write buffered stream events and progress, fenced
  janitor       ── every janitor_interval: maintenance while holding the lease
 ```
@@ -50,6 +50,7 @@ from plunder.execution import (
     ThreadRunner,
     failure,
     failure_of,
+    stream_loop,
 )
 from plunder.janitor import Janitor, own_store
 from plunder.liveness import Liveness
@@ -67,7 +68,6 @@ from plunder.states import Outcome as RunOutcome
 from plunder.store import Store
 
 log = logging.getLogger("plunder.worker")
-STREAM_INTERVAL = 0.05
 ACK_LINGER = 0.002  # seconds a turn may wait for more results to send with it
 RECONNECT_CAP = policy.RECONNECT_CAP
 MIN_WAIT = 0.05  # a due job we could not claim (locked, or left to other workers): look again
@@ -269,7 +269,12 @@ class Worker:
             hub.on_work(self.queues, self._wake),
         ]
         self._services = [
-            threading.Thread(target=self._stream_loop, name="plunder-streamer", daemon=True),
+            threading.Thread(
+                target=stream_loop,
+                args=(self._running_handles, self._stream_wake, self._services_stop),
+                name="plunder-streamer",
+                daemon=True,
+            ),
             threading.Thread(
                 target=self._liveness.watch,
                 args=(self._services_stop,),
@@ -441,10 +446,9 @@ class Worker:
         return self._pipe is not None and self._pipe.sent_at is not None
 
     def _send_turn(self, free: int, *, suspects: bool = True) -> bool:
-        """Send a turn on the pipe: the results so far and a claim of up to half the slots
-        (so that the next turn can be on its way while this one's jobs run), which may
-        bring a suspect only if ``suspects``. False: none sent; the turn is made the
-        ordinary way."""
+        """Send a turn on the pipe: the results so far, a claim of up to half the slots (the
+        next turn is on its way while this one's jobs run), a suspect only if ``suspects``.
+        False: none sent; the turn is made the ordinary way."""
         limit = min(free, max(1, self.options.concurrency // 2))
         if self._pipe is None or limit <= 0 or self._stop.is_set() or self.session is None:
             return False
@@ -463,17 +467,16 @@ class Worker:
             log.warning("could not send a turn (%s); making it the ordinary way", exc)
             return False
         if not sent:  # not on this database (a transaction pooler): never again
-            self._pipe.close()
-            self._pipe = None
+            pipe, self._pipe = self._pipe, None
+            pipe.close()
             return False
         del self._completions[: len(done)]
         self._ahead, self._ahead_limit, self._ahead_suspect = done, limit, suspect
         return True
 
     def _read_turn(self) -> int:
-        """Read the turn in flight, and if its claim came back full (more may be waiting)
-        send the next before reading its rows and starting its jobs: the database runs
-        it meanwhile."""
+        """Read the turn in flight; if its claim came back full (more may be waiting), send
+        the next before its rows are read and its jobs started: the database runs it meanwhile."""
         assert self._pipe is not None
         done, self._ahead = self._ahead, []
         # a turn that could bring a suspect may have: the next may not, before it runs
@@ -484,11 +487,17 @@ class Worker:
             log.warning("a turn failed (%s); its results go out with the next", exc)
             self._completions[:0] = done
             return 0
-        if answer.claimed == self._ahead_limit and not self._stop.is_set():
-            self._collect(block=False)  # what finished meanwhile goes out with it
-            if not self._failures:
-                free = self.options.concurrency - len(self._running) - answer.claimed
-                self._send_turn(free, suspects=suspects)
+        if answer.claimed == self._ahead_limit and not (self._stop.is_set() or self._failures):
+            # jobs that finished meanwhile free their slots now, recorded once it is sent
+            finished = []
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    finished.append(self._outcomes.get_nowait())
+            ended = sum(1 for o in finished if self._current(o) is not None)
+            free = self.options.concurrency - len(self._running) + ended - answer.claimed
+            self._send_turn(free, suspects=suspects)
+            for outcome in finished:
+                self._record(outcome)
         claimed = answer.jobs()
         for job in claimed:
             self._start(job)
@@ -551,17 +560,24 @@ class Worker:
                 if handle is not None and handle.job.attempt == claim.attempt:
                     self._forget(claim.job_id)
             return
-        handle = self._running.get(outcome.job.id)
-        if handle is None or handle.job.attempt != outcome.job.attempt:
+        handle = self._current(outcome)
+        if handle is None:
             return  # stopped earlier (cancelled, timed out, session lost): discard
         self._forget(outcome.job.id)
-        self._flush_stream(handle)
+        handle.flush_stream()
         if handle.ctx.acknowledged:
             self._store_result(handle, outcome)
         elif outcome.ok:
             self._succeeded(handle, outcome.result)
         else:
             self._failures.append(failure_of(handle, outcome))
+
+    def _current(self, outcome: Outcome | _Stop) -> Handle | None:
+        """The running job an outcome is of, unless stopped since (or a _Stop)."""
+        if isinstance(outcome, _Stop):
+            return None
+        handle = self._running.get(outcome.job.id)
+        return handle if handle is not None and handle.job.attempt == outcome.job.attempt else None
 
     def _succeeded(self, handle: Handle, result: Any) -> None:
         try:
@@ -645,9 +661,12 @@ class Worker:
         self._outcomes.put(_Stop(tuple(claims)))
 
     # -- heartbeat and session loss (see plunder.liveness) --------------------------------
-    def _held_claims(self) -> list[Claim]:
+    def _running_handles(self) -> list[Handle]:
         with self._lock:
-            return [h.ctx.claim for h in self._running.values()]
+            return list(self._running.values())
+
+    def _held_claims(self) -> list[Claim]:
+        return [h.ctx.claim for h in self._running_handles()]
 
     def _give_back_unknown(self) -> None:
         """Claims the heartbeat reported that no task runs (see Liveness.give_back)."""
@@ -711,25 +730,6 @@ class Worker:
             except errors.StoreError as exc:
                 log.warning("could not close the lost session (it will expire): %s", exc)
         self._open_session()
-
-    # -- streams --------------------------------------------------------------------------
-    def _stream_loop(self) -> None:
-        """Flush every STREAM_INTERVAL, or at once when a task buffered FLUSH_BYTES."""
-        while not self._services_stop.is_set():
-            self._stream_wake.wait(STREAM_INTERVAL)
-            self._stream_wake.clear()
-            with self._lock:
-                handles = list(self._running.values())
-            for handle in handles:
-                self._flush_stream(handle)
-
-    def _flush_stream(self, handle: Handle) -> None:
-        try:
-            handle.ctx.flush()
-        except errors.StaleClaim:
-            log.warning("job %d: stream refused, claim no longer current", handle.job.id)
-        except errors.StoreError as exc:
-            log.warning("job %d: stream write failed (%s); will retry", handle.job.id, exc)
 
     # -- shutdown -------------------------------------------------------------------------
     def _drain(self) -> None:

@@ -28,7 +28,7 @@ them.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,7 +42,7 @@ from plunder.model import SUSPECT_LOSSES, AckResult, Completion, JobRecord
 from plunder.store import convert
 from plunder.store.deadlines import Call
 from plunder.store.pgtx import array_literal
-from plunder.store.sqlbase import CLAIM_LEVELS
+from plunder.store.sqlbase import CLAIM_LEVELS, Claimed
 
 if TYPE_CHECKING:
     from plunder.store.postgres import PostgresStore
@@ -73,34 +73,50 @@ def turn_params(
     }
 
 
-@dataclass(frozen=True)
 class Answer:
     """A turn's rows as they came back (it committed): on each, how many jobs it completed,
-    then a claimed job's columns (one row of NULLs when it claimed none). Read into records
-    by ``jobs()``, after the caller has sent its next turn."""
+    then a claimed job's columns (one row of NULLs when it claimed none). ``read()`` gives
+    them (names, rows); a turn sent ahead is read, and its rows made records, only after
+    the caller has sent its next turn."""
 
-    store: PostgresStore
-    plain: Encoded
-    session_id: str
-    names: list[str]
-    rows: list[Sequence[Any]]
+    def __init__(
+        self,
+        store: PostgresStore,
+        plain: Encoded,
+        session_id: str,
+        read: Callable[[], Claimed],
+        claimed: int,
+    ) -> None:
+        self.store = store
+        self.plain = plain
+        self.session_id = session_id
+        self.claimed = claimed  # how many jobs it claimed
+        self._read = read
+        self._table: Claimed | None = None
 
-    @property
-    def claimed(self) -> int:
-        """How many jobs it claimed."""
-        return sum(1 for row in self.rows if row[1] is not None)
+    @classmethod
+    def of(cls, store: PostgresStore, plain: Encoded, session_id: str, table: Claimed) -> Answer:
+        """The answer of rows read already."""
+        claimed = sum(1 for row in table[1] if row[1] is not None)
+        return cls(store, plain, session_id, lambda: table, claimed)
+
+    def table(self) -> Claimed:
+        if self._table is None:
+            self._table = self._read()
+        return self._table
 
     def jobs(self) -> list[JobRecord]:
         """The jobs it claimed, in claim order."""
-        claimed = [row[1:] for row in self.rows if row[1] is not None]
-        return self.store._claimed((self.names[1:], claimed))
+        names, rows = self.table()
+        return self.store._claimed((names[1:], [row[1:] for row in rows if row[1] is not None]))
 
     def settle(self, now: datetime | None = None) -> AckResult:
         """What became of its completions: looked at one by one if it completed fewer than
         it was given (refused, or a retry of one that committed). Raises SessionGone if it
         neither completed nor claimed anything and the session is gone."""
         store, plain = self.store, self.plain
-        acked = int(self.rows[0][0]) if self.rows else 0
+        rows = self.table()[1]
+        acked = int(rows[0][0]) if rows else 0
         if acked == len(plain):
             completed = AckResult(tuple(c.claim for c, _ in plain), ())
         else:
@@ -217,18 +233,24 @@ class TurnPipe:
                     conn.wait(pipeline._fetch_gen(flush=False))
                 if not flight.synced or flight.cursor.pgresult is None:
                     pipeline.sync()
-                description = flight.cursor.description
-                if description is None:
+                result = flight.cursor.pgresult
+                if result is None or flight.cursor.description is None:
                     raise errors.StoreError(f"{self._store.url}: a turn came back without rows")
-                names = [column.name for column in description]
-                rows = list(flight.cursor.fetchall())
         except psycopg.Error as exc:
             self.close(discard=True)
             raise self._error(exc, flight.call) from exc
         except BaseException:
             self.close(discard=True)
             raise
-        return Answer(self._store, flight.plain, flight.session_id, names, rows)
+        # how many it claimed, without reading its rows yet: one row of NULLs is none
+        claimed = result.ntuples if result.ntuples != 1 or result.get_value(0, 1) else 0
+        cursor = flight.cursor
+
+        def read() -> Claimed:  # the rows are here already; only parsing them is left
+            assert cursor.description is not None
+            return [column.name for column in cursor.description], list(cursor.fetchall())
+
+        return Answer(self._store, flight.plain, flight.session_id, read, claimed)
 
     def close(self, *, discard: bool = False) -> None:
         """Give the connection back to the pool: closed first if a turn is in flight (its

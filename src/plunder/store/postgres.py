@@ -709,7 +709,7 @@ class PostgresStore(SQLStore):
         names, rows = self._run(
             lambda tx: tx.table("job_exchange", **params, now=tx.clock(now)), single=True
         )
-        answer = pgturn.Answer(self, plain, session_id, names, rows)
+        answer = pgturn.Answer.of(self, plain, session_id, (names, rows))
         return Exchange(answer.settle(now), AckResult((), ()), tuple(answer.jobs()))
 
     def turn_pipe(self) -> pgturn.TurnPipe | None:

@@ -1,6 +1,7 @@
 """PostgreSQL faults (RELIABILITY.md §5 B, C): listener connections killed again and again
-(S10a), the server restarted and crashed under load (S13), and backends terminated at
-precise points — claims, open completion transactions, heartbeats, the janitor (S14)."""
+(S10a), the server restarted and crashed under load (S13), backends terminated at precise
+points — claims, open completion transactions, heartbeats, the janitor (S14) — and a busy
+worker's turns sent ahead cut while in flight (S14b)."""
 
 from __future__ import annotations
 
@@ -164,4 +165,35 @@ def test_s14_backends_terminated_at_precise_points(system: System) -> None:
     print(report.summary())
     print(f"S14: terminated {dict(kills)}")
     assert kills["completion"] >= 1 and kills["heartbeat"] >= 1 and kills["janitor"] >= 1, kills
+    assert report.ok, report.summary() + system.logs()[-5000:]
+
+
+@pytest.mark.alone  # a drain under constant kills: it would stretch its neighbours' timing
+def test_s14b_a_busy_workers_turns_cut_in_flight(system: System) -> None:
+    """A busy worker keeps a turn in flight on a connection it holds (turns sent ahead),
+    committed by the server before the worker reads it. That connection's backend,
+    terminated again and again while the worker drains a backlog, costs no job and runs
+    none twice: a turn that was cut may or may not have committed, its results are sent
+    again and its claims, if it did, are given back once the heartbeat reports them."""
+    system.workers(1, concurrency=40)
+    busy = (
+        "application_name LIKE 'plunder:worker:%' AND application_name NOT LIKE '%:listen' "
+        "AND application_name NOT LIKE '%:janitor' AND state = 'active'"
+    )
+    unfinished = "SELECT count(*) FROM plunder_jobs WHERE status IN ('pending', 'running')"
+    kills = cut = rounds = 0
+    with psycopg.connect(system.url, autocommit=True) as conn:
+        while cut < 3 and rounds < 6:  # backlogs until a few turns in flight were cut
+            rounds += 1
+            system.enqueue([witness(sleep_ms=1) for _ in range(1000)])  # every claim is full
+            while (row := conn.execute(unfinished).fetchone()) and row[0] > 0:
+                kills += terminate(system.url, busy)
+                time.sleep(0.02)
+            logs = system.logs()
+            cut = logs.count("a turn failed") + logs.count("could not send a turn")
+    system.wait_terminal(timeout=90)
+    report = check(system.observe(), DEFAULT)
+    print(report.summary())
+    print(f"S14b: {rounds} backlogs, {kills} busy worker backends terminated, {cut} turns cut")
+    assert cut >= 1, f"{kills} backends terminated in {rounds} backlogs, no turn cut"
     assert report.ok, report.summary() + system.logs()[-5000:]

@@ -102,3 +102,25 @@ def test_a_worker_stopping_with_a_turn_in_flight_runs_its_jobs(store_url: str) -
         worker._drain()
         assert worker.stats["claimed"] == 4 and worker.stats["succeeded"] == 4
         assert [j.result(timeout=5) for j in jobs] == [i + 2 for i in range(4)]
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_the_results_of_a_turn_cut_in_flight_go_out_with_the_next(store_url: str) -> None:
+    """A turn cut on its way may or may not have committed: its results are sent again
+    (a completion that committed already is accepted again), nothing runs twice."""
+    with idle_worker(store_url, concurrency=8) as worker:
+        jobs = tasks.add.enqueue_many([(i, 3) for i in range(4)])
+        assert worker._send_turn(8) and worker._read_turn() == 4  # a claim of four, started
+        assert worker._read_turn() == 0  # the claim sent ahead of their start: none left
+        wait_for(lambda: worker._collect(block=False) or len(worker._completions) == 4)
+        assert worker._send_turn(8)  # the four results, and a claim of nothing
+        cutter = threading.Thread(target=worker.store.calls_cut, args=("cut by the test",))
+        cutter.start()
+        cutter.join()
+        assert worker._read_turn() == 0  # failed: "a turn failed", logged
+        assert sorted(c.claim.job_id for c in worker._completions) == sorted(j.id for j in jobs)
+        worker._turn(8)  # sent again, on a fresh connection
+        assert worker._completions == [] and worker.stats["succeeded"] == 4
+        for job in jobs:
+            assert job.result(timeout=5) == job.refresh().args[0] + 3
+            assert [r.outcome for r in job.runs] == [Outcome.SUCCEEDED]

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import pytest
 
 from plunder.model import Claim
@@ -113,12 +114,15 @@ def test_the_results_of_a_turn_cut_in_flight_go_out_with_the_next(store_url: str
         assert worker._send_turn(8) and worker._read_turn() == 4  # a claim of four, started
         assert worker._read_turn() == 0  # the claim sent ahead of their start: none left
         wait_for(lambda: worker._collect(block=False) or len(worker._completions) == 4)
-        assert worker._send_turn(8)  # the four results, and a claim of nothing
-        cutter = threading.Thread(target=worker.store.calls_cut, args=("cut by the test",))
-        cutter.start()
-        cutter.join()
-        assert worker._read_turn() == 0  # failed: "a turn failed", logged
-        assert sorted(c.claim.job_id for c in worker._completions) == sorted(j.id for j in jobs)
+        with psycopg.connect(store_url) as blocker:  # the turn waits on a row lock: in flight
+            blocker.execute("SELECT 1 FROM plunder_jobs WHERE id = %s FOR UPDATE", (jobs[0].id,))
+            assert worker._send_turn(8)  # the four results, and a claim of nothing
+            cutter = threading.Thread(target=worker.store.calls_cut, args=("cut by the test",))
+            cutter.start()
+            cutter.join()
+            assert worker._read_turn() == 0  # failed: "a turn failed", logged
+            assert sorted(c.claim.job_id for c in worker._completions) == sorted(j.id for j in jobs)
+            blocker.rollback()
         worker._turn(8)  # sent again, on a fresh connection
         assert worker._completions == [] and worker.stats["succeeded"] == 4
         for job in jobs:

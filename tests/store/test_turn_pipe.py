@@ -130,25 +130,29 @@ def test_a_turn_of_a_closed_session_claims_nothing_and_says_so(
 
 
 def test_a_cut_turn_fails_busy_and_the_next_one_goes_on_a_fresh_connection(
-    store: Store, pipe: TurnPipe
+    store: Store, store_url: str, pipe: TurnPipe
 ) -> None:
     store.job_enqueue_many([JobSpec("t", [i]) for i in range(4)])
     session = open_session(store)
     send(pipe, session, [], limit=1)
     assert pipe.receive().claimed == 1  # the pipe's connection is open
-    send(pipe, session, [], limit=1)
-    cut: list[int] = []  # by another thread, as a worker's heartbeat would
-    cutter = threading.Thread(target=lambda: cut.append(store.calls_cut("the test cut it")))
-    cutter.start()
-    cutter.join()
-    assert cut == [1]
-    with pytest.raises(errors.StoreBusy, match="the test cut it"):
-        pipe.receive()
+    (held,) = claim(store, session, limit=1)
+    with psycopg.connect(store_url) as blocker:  # the turn waits on this lock: in flight
+        blocker.execute("SELECT 1 FROM plunder_jobs WHERE id = %s FOR UPDATE", (held.id,))
+        send(pipe, session, [held.claim], limit=1)
+        cut: list[int] = []  # by another thread, as a worker's heartbeat would
+        cutter = threading.Thread(target=lambda: cut.append(store.calls_cut("the test cut it")))
+        cutter.start()
+        cutter.join()
+        assert cut == [1]
+        with pytest.raises(errors.StoreBusy, match="the test cut it"):
+            pipe.receive()
+        blocker.rollback()
     assert pipe.sent_at is None
-    send(pipe, session, [], limit=1)
-    assert pipe.receive().claimed == 1
-    # the cut turn may or may not have committed: its claim, if it did, is running
-    assert len(store.job_list(status=Status.PENDING).jobs) in (1, 2)
+    send(pipe, session, [held.claim], limit=1)  # sent again: accepted, committed before or not
+    answer = pipe.receive()
+    assert answer.claimed == 1 and answer.settle().accepted == (held.claim,)
+    assert store.job_get(held.id).status == Status.SUCCEEDED
 
 
 def test_closing_with_a_turn_in_flight_gives_the_connection_back(

@@ -135,8 +135,9 @@ class Answer:
 def _sync_now(pipeline: psycopg.Pipeline, conn: psycopg.Connection[Any]) -> bool:
     """Send a Sync now, without waiting for any result, so that the server commits the
     statement before it as soon as it has run it. psycopg's public ``Pipeline.sync()``
-    also waits for every result; this uses the two steps it is made of. False where this
-    psycopg has not got them: the Sync then goes with the reading of the answer."""
+    also waits for every result; this uses the steps it is made of (``receive`` reads the
+    results with the third). False where this psycopg has not got them: the Sync then goes
+    with the reading of the answer."""
     enqueue = getattr(pipeline, "_enqueue_sync", None)
     communicate = getattr(pipeline, "_communicate_gen", None)
     if not (callable(enqueue) and callable(communicate) and hasattr(pipeline, "_fetch_gen")):

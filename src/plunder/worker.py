@@ -5,9 +5,9 @@
                  ▲                                                                            │
                  └──────────────── wait for an outcome or the poll interval ◀─────────────────┘
  turns         ── acknowledge and claim in one statement; on PostgreSQL a busy worker
-                  sends the next before it starts the last one's jobs (plunder.store.pgturn)
-                  or, with parallel acks, writes acknowledgements on a thread of their own
-                  (plunder.acker)
+                  keeps the next one or two on their way while it starts the last one's
+                  jobs (plunder.turns) or, with parallel acks, writes acknowledgements on a
+                  thread of their own (plunder.acker)
  heartbeat     ── on the hub, every heartbeat_interval: extend the session, learn which
                   claims to stop and whether the session is gone (plunder.liveness); a
                   watchdog judges it lost once not renewed for the session expiry
@@ -66,6 +66,8 @@ from plunder.model import (
 )
 from plunder.states import Outcome as RunOutcome
 from plunder.store import Store
+from plunder.store.base import TurnPipe
+from plunder.turns import TurnsAhead
 
 log = logging.getLogger("plunder.worker")
 ACK_LINGER = 0.002  # seconds a turn may wait for more results to send with it
@@ -93,8 +95,8 @@ class WorkerOptions:
     # PostgreSQL: results are written on a connection of their own while the next jobs are
     # claimed (see plunder.acker); by default, in the claim's transaction, one connection less
     parallel_acks: bool = False
-    # PostgreSQL: a busy worker sends its next turn before it starts the jobs of the last
-    # (plunder.store.pgturn), on a connection it holds while busy; off, one connection less
+    # PostgreSQL: a busy worker sends its next turns before it starts the jobs of the last
+    # (plunder.turns), on a connection it holds while busy; off, one connection less
     turns_ahead: bool = True
 
     @property
@@ -103,7 +105,7 @@ class WorkerOptions:
         return 2 if self.parallel_acks or self.turns_ahead else 1
 
 
-class Worker:
+class Worker(TurnsAhead):
     def __init__(
         self,
         app: App,
@@ -156,13 +158,10 @@ class Worker:
             stopped=lambda: self._session_lost.is_set() or self._halt.is_set() or self._closing,
             counted=self._count,
         )
-        # turns sent ahead (PostgreSQL): the pipe, and the in-flight turn's results, claim
-        # limit and whether it may bring a suspect (see _send_turn)
+        # turns sent ahead (PostgreSQL): the pipe keeps what each turn in flight carries
         ahead = self.options.turns_ahead and not self._acker.threaded
-        self._pipe = self.store.turn_pipe() if ahead else None
-        self._ahead: list[Completion] = []
-        self._ahead_limit = 0
-        self._ahead_suspect = False
+        self._pipe: TurnPipe | None = self.store.turn_pipe() if ahead else None
+        self._more = False
         self._stop = threading.Event()  # stop claiming, drain, exit
         self._halt = threading.Event()  # second signal: exit at once
         self._session_lost = threading.Event()
@@ -318,7 +317,8 @@ class Worker:
         try:
             claimed = self._turn(free)
         finally:  # the process's suspect slot, taken for the claim, kept only for a suspect
-            self._suspects.keep(self, self._suspects_running > 0 or self._ahead_suspect)
+            suspect = self._pipe is not None and self._pipe.suspect
+            self._suspects.keep(self, self._suspects_running > 0 or suspect)
         if claimed:
             self._looked_again = False
         if claimed and claimed == free:
@@ -440,79 +440,6 @@ class Worker:
             self._start(job)
         self.stats["claimed"] += len(jobs)
         return len(jobs)
-
-    # -- turns sent ahead (PostgreSQL) ----------------------------------------------------
-    def _in_flight(self) -> bool:
-        return self._pipe is not None and self._pipe.sent_at is not None
-
-    def _send_turn(self, free: int, *, suspects: bool = True) -> bool:
-        """Send a turn on the pipe: the results so far, a claim of up to half the slots (the
-        next turn is on its way while this one's jobs run), a suspect only if ``suspects``.
-        False: none sent; the turn is made the ordinary way."""
-        limit = min(free, max(1, self.options.concurrency // 2))
-        if self._pipe is None or limit <= 0 or self._stop.is_set() or self.session is None:
-            return False
-        done = self._completions[:ACK_BATCH]
-        suspect = suspects and self._may_take_suspect()
-        try:
-            sent = self._pipe.send(
-                done,
-                session_id=self.session.id,
-                queues=self.queues,
-                tasks=self.tasks,
-                limit=limit,
-                take_suspect=suspect,
-            )
-        except errors.StoreError as exc:
-            log.warning("could not send a turn (%s); making it the ordinary way", exc)
-            return False
-        if not sent:  # not on this database (a transaction pooler): never again
-            pipe, self._pipe = self._pipe, None
-            pipe.close()
-            return False
-        del self._completions[: len(done)]
-        self._ahead, self._ahead_limit, self._ahead_suspect = done, limit, suspect
-        return True
-
-    def _read_turn(self) -> int:
-        """Read the turn in flight; if its claim came back full (more may be waiting), send
-        the next before its rows are read and its jobs started: the database runs it meanwhile."""
-        assert self._pipe is not None
-        done, self._ahead = self._ahead, []
-        # a turn that could bring a suspect may have: the next may not, before it runs
-        suspects, self._ahead_suspect = not self._ahead_suspect, False
-        try:
-            answer = self._pipe.receive()
-        except errors.StoreError as exc:  # sent again, the ordinary way if need be
-            log.warning("a turn failed (%s); its results go out with the next", exc)
-            self._completions[:0] = done
-            return 0
-        if answer.claimed == self._ahead_limit and not (self._stop.is_set() or self._failures):
-            # jobs that finished meanwhile free their slots now, recorded once it is sent
-            finished = []
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    finished.append(self._outcomes.get_nowait())
-            ended = sum(1 for o in finished if self._current(o) is not None)
-            free = self.options.concurrency - len(self._running) + ended - answer.claimed
-            self._send_turn(free, suspects=suspects)
-            for outcome in finished:
-                self._record(outcome)
-        claimed = answer.jobs()
-        for job in claimed:
-            self._start(job)
-        self.stats["claimed"] += len(claimed)
-        try:
-            self._count(answer.settle(), "succeeded")
-        except errors.SessionGone:  # nothing completed: dropped with the session
-            self._completions[:0] = done
-            self._session_lost.set()
-        except errors.StoreError as exc:  # looked at again with the next turn
-            log.warning("could not settle a turn's results (%s); sending them again", exc)
-            self._completions[:0] = done
-        if self._pipe is not None and self._pipe.sent_at is None:  # not busy: the pipe's
-            self._pipe.close()  # connection goes back to the pool
-        return len(claimed)
 
     def _may_take_suspect(self) -> bool:
         """At most one suspect at a time in the process (see SuspectSlot)."""
@@ -674,7 +601,9 @@ class Worker:
         def held() -> set[int]:
             with self._lock:
                 ids = set(self._running)
-            ids.update(c.claim.job_id for c in self._completions + self._ahead)
+            ids.update(c.claim.job_id for c in self._completions)
+            if self._pipe is not None:
+                ids.update(c.claim.job_id for c in self._pipe.completions())
             ids.update(f.claim.job_id for f in self._failures)
             ids.update(self._acker.held())
             return ids
@@ -705,12 +634,10 @@ class Worker:
         for handle in handles:
             self._stop_job(handle, "the worker's session was lost")
         self._suspects_running = 0
-        self._ahead_suspect = False
         self._suspects.keep(self, False)
-        if self._pipe is not None:
-            self._pipe.close()  # a turn in flight is never read: its claims are lost too
-        dropped = len(self._completions + self._ahead) + len(self._failures) + self._acker.drop()
-        self._ahead = []
+        # the turns in flight are never read: their claims are lost too
+        unread: list[Completion] = self._pipe.close() if self._pipe is not None else []
+        dropped = len(self._completions + unread) + len(self._failures) + self._acker.drop()
         self._completions.clear()
         self._failures.clear()
         log.error(
@@ -734,8 +661,8 @@ class Worker:
     # -- shutdown -------------------------------------------------------------------------
     def _drain(self) -> None:
         """Graceful: let running tasks finish within the grace period, then release."""
-        if self._in_flight() and not self._halt.is_set():
-            self._read_turn()  # its jobs are ours: they run, within the grace period
+        while self._in_flight() and not self._halt.is_set():
+            self._read_turn()  # their jobs are ours: they run, within the grace period
         deadline = time.monotonic() + self.options.grace
         while self._running and not self._halt.is_set() and time.monotonic() < deadline:
             if self._session_lost.is_set():
@@ -762,11 +689,9 @@ class Worker:
         self._async.close()
         self._deadlines.clear()
         self._suspects_running = 0
-        self._ahead_suspect = False
         self._suspects.keep(self, False)
-        if self._pipe is not None:  # a turn in flight (a turn raised) is never read
-            self._pipe.close()
-            self._completions[:0], self._ahead = self._ahead, []  # written below, again
+        if self._pipe is not None:  # turns in flight (a turn raised) are never read: their
+            self._completions[:0] = self._pipe.close()  # results are written below, again
         if self._halt.is_set():
             self._closing = True  # left to expire: no more heartbeats
             log.warning(

@@ -168,13 +168,96 @@ def test_closing_with_a_turn_in_flight_gives_the_connection_back(
     assert pipe.receive().claimed == 1  # the turn never read claimed one or none
 
 
-def test_one_turn_at_a_time_and_only_plain_completions(store: Store, pipe: TurnPipe) -> None:
+def test_up_to_two_turns_at_a_time_and_only_plain_completions(store: Store, pipe: TurnPipe) -> None:
     session = open_session(store)
     with pytest.raises(RuntimeError, match="no turn is in flight"):
         pipe.receive()
+    assert pipe.depth == 2
     send(pipe, session, [])
-    with pytest.raises(RuntimeError, match="in flight already"):
+    send(pipe, session, [])
+    with pytest.raises(RuntimeError, match="2 turns are in flight already"):
         send(pipe, session, [])
+    pipe.receive()
     pipe.receive()
     with pytest.raises(ValueError, match="claim limit"):
         send(pipe, session, [], limit=0)
+    effects = Completion(Claim(1, 1, session.id), None, effects=lambda conn: None)
+    with pytest.raises(ValueError, match="effects"):
+        pipe.send(
+            [effects], session_id=session.id, queues=["default"], tasks=["t"], limit=1,
+            take_suspect=False,
+        )  # fmt: skip
+    assert pipe.in_flight == 0
+
+
+def test_two_turns_in_flight_commit_in_order_and_are_read_one_at_a_time(
+    store: Store, store_url: str, pipe: TurnPipe
+) -> None:
+    store.job_enqueue_many([JobSpec("t", [i]) for i in range(6)])
+    session = open_session(store)
+    send(pipe, session, [], limit=2)
+    first_sent = pipe.sent_at
+    send(pipe, session, [], limit=3)
+    assert pipe.in_flight == 2 and pipe.claiming == 5 and pipe.sent_at == first_sent
+    deadline = time.monotonic() + 10
+    while running(store_url) < 5:  # both committed, neither read
+        assert time.monotonic() < deadline, "the turns did not commit before they were read"
+        time.sleep(0.01)
+    assert pipe.answered()
+    first = pipe.receive()
+    assert (first.claimed, first.limit) == (2, 2) and pipe.in_flight == 1
+    assert pipe.sent_at is not None and pipe.sent_at > first_sent
+    second = pipe.receive()
+    assert (second.claimed, second.limit) == (3, 3) and pipe.in_flight == 0
+    assert [j.args for j in first.jobs()] == [[0], [1]]
+    assert [j.args for j in second.jobs()] == [[2], [3], [4]]
+    assert not pipe.answered() and pipe.sent_at is None and pipe.claiming == 0
+
+
+def test_the_first_turn_is_read_while_the_second_still_runs(
+    store: Store, store_url: str, pipe: TurnPipe
+) -> None:
+    """Reading the oldest turn never waits for the one sent after it."""
+    store.job_enqueue_many([JobSpec("t", [i]) for i in range(4)])
+    session = open_session(store)
+    (held,) = claim(store, session, limit=1)
+    with psycopg.connect(store_url) as blocker:  # the second turn waits on this lock
+        blocker.execute("SELECT 1 FROM plunder_jobs WHERE id = %s FOR UPDATE", (held.id,))
+        send(pipe, session, [], limit=1)
+        send(pipe, session, [held.claim], limit=1)
+        assert pipe.completions() == [Completion(held.claim, {"job": held.id})]
+        first = pipe.receive()  # returns while the second is stuck behind the lock
+        assert first.claimed == 1 and pipe.in_flight == 1
+        time.sleep(0.2)
+        assert not pipe.answered()
+        blocker.rollback()
+    second = pipe.receive()
+    assert second.claimed == 1 and second.settle().accepted == (held.claim,)
+    assert second.completions == [Completion(held.claim, {"job": held.id})]
+    assert store.job_get(held.id).status == Status.SUCCEEDED
+
+
+def test_a_cut_turn_takes_the_turn_after_it_along_and_close_returns_their_results(
+    store: Store, store_url: str, pipe: TurnPipe
+) -> None:
+    store.job_enqueue_many([JobSpec("t", [i]) for i in range(4)])
+    session = open_session(store)
+    held, other = claim(store, session, limit=2)
+    with psycopg.connect(store_url) as blocker:
+        blocker.execute("SELECT 1 FROM plunder_jobs WHERE id = %s FOR UPDATE", (held.id,))
+        send(pipe, session, [held.claim], limit=1)
+        send(pipe, session, [other.claim], limit=1)
+        assert [c.claim for c in pipe.close()] == [held.claim, other.claim]  # never read
+        assert pipe.in_flight == 0
+        send(pipe, session, [held.claim], limit=1)
+        send(pipe, session, [other.claim], limit=1)
+        cutter = threading.Thread(target=store.calls_cut, args=("the test cut it",))
+        cutter.start()
+        cutter.join()
+        with pytest.raises(errors.StoreBusy, match="the test cut it"):
+            pipe.receive()
+        assert pipe.in_flight == 0 and pipe.completions() == []
+        blocker.rollback()
+    send(pipe, session, [held.claim, other.claim], limit=1)  # sent again, on a fresh one
+    answer = pipe.receive()
+    assert set(answer.settle().accepted) == {held.claim, other.claim}

@@ -6,6 +6,7 @@ must not have them given back as lost, and a worker that stops must still run th
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -42,11 +43,14 @@ def test_a_busy_worker_sends_turns_ahead_and_runs_each_job_once(store_url: str) 
     tasks.app.configure(url=store_url, heartbeat_interval=0.1, session_expiry=2.0)
     worker = Worker(tasks.app, WorkerOptions(concurrency=20))
     sent: list[int] = []
+    behind: list[int] = []  # the turns in flight as each was sent
     if worker._pipe is not None:
-        real = worker._pipe.send
+        pipe = worker._pipe
+        real = pipe.send
 
         def counted(*args: Any, **kwargs: Any) -> bool:
             sent.append(kwargs["limit"])
+            behind.append(pipe.in_flight)
             return real(*args, **kwargs)
 
         worker._pipe.send = counted  # type: ignore[method-assign]
@@ -67,8 +71,45 @@ def test_a_busy_worker_sends_turns_ahead_and_runs_each_job_once(store_url: str) 
     assert not thread.is_alive() and worker.error is None
     if store_url.startswith("sqlite"):
         assert worker._pipe is None
-    else:  # turns of at most half the slots, most of them sent ahead
+    else:  # turns of at most half the slots, most of them sent ahead, some behind another
         assert len(sent) >= 60 and max(sent) == 10
+        assert max(behind) == 2 - 1 and behind.count(1) >= 1
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_an_idle_worker_sends_no_turns_ahead(store_url: str) -> None:
+    """Turns go ahead only while they come back full: once the queue is empty the worker
+    waits for work instead of sending empty turns."""
+    tasks.app.configure(
+        url=store_url, heartbeat_interval=0.1, session_expiry=2.0, poll_interval=1.0
+    )
+    worker = Worker(tasks.app, WorkerOptions(concurrency=20))
+    assert worker._pipe is not None
+    pipe = worker._pipe
+    real = pipe.send
+    sent: list[float] = []
+
+    def counted(*args: Any, **kwargs: Any) -> bool:
+        sent.append(time.monotonic())
+        return real(*args, **kwargs)
+
+    pipe.send = counted  # type: ignore[method-assign]
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        jobs = tasks.add.enqueue_many([(i, 1) for i in range(200)])
+        assert [j.result(timeout=60) for j in jobs] == [i + 1 for i in range(200)]
+        wait_for(lambda: worker.stats["succeeded"] == 200, timeout=30)
+        time.sleep(0.3)  # the last results go out
+        quiet = time.monotonic()
+        time.sleep(1.0)
+        assert len([t for t in sent if t > quiet]) <= 2  # a poll a second, not a spin
+        assert pipe.in_flight == 0
+    finally:
+        worker.stop()
+        thread.join(timeout=15)
+        tasks.app.close()
+    assert not thread.is_alive() and worker.error is None
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
@@ -115,7 +156,8 @@ def test_the_results_of_a_turn_cut_in_flight_go_out_with_the_next(store_url: str
     with idle_worker(store_url, concurrency=8) as worker:
         jobs = tasks.add.enqueue_many([(i, 3) for i in range(4)])
         assert worker._send_turn(8) and worker._read_turn() == 4  # a claim of four, started
-        assert worker._read_turn() == 0  # the claim sent ahead of their start: none left
+        assert worker._pipe is not None  # the claim sent ahead of their start: none left
+        assert worker._pipe.receive().claimed == 0
         wait_for(lambda: worker._collect(block=False) or len(worker._completions) == 4)
         with psycopg.connect(store_url) as blocker:  # the turn waits on a row lock: in flight
             blocker.execute("SELECT 1 FROM plunder_jobs WHERE id = %s FOR UPDATE", (jobs[0].id,))

@@ -85,6 +85,21 @@ class TurnAnswer(Protocol):
         """How many jobs it claimed (read before the rows are)."""
         ...
 
+    @property
+    def limit(self) -> int:
+        """How many it asked for."""
+        ...
+
+    @property
+    def take_suspect(self) -> bool:
+        """Whether it could bring a suspect."""
+        ...
+
+    @property
+    def completions(self) -> list[Completion]:
+        """The completions it carried."""
+        ...
+
     def jobs(self) -> list[JobRecord]:
         """The jobs it claimed, in claim order."""
         ...
@@ -98,11 +113,40 @@ class TurnAnswer(Protocol):
 class TurnPipe(Protocol):
     """A worker's turns sent ahead (PostgreSQL, see plunder.store.pgturn): each is sent
     before the answer to the one before is read, so that the database runs it while the
-    worker starts that one's jobs. At most one in flight; one thread uses it."""
+    worker starts that one's jobs. Up to ``depth`` in flight, answered in the order they
+    were sent; one thread uses it."""
 
     @property
     def sent_at(self) -> float | None:
-        """When the turn in flight was sent (``time.monotonic()``); None: none is."""
+        """When the oldest turn in flight was sent (``time.monotonic()``); None: none is."""
+        ...
+
+    @property
+    def in_flight(self) -> int:
+        """How many turns are in flight."""
+        ...
+
+    @property
+    def depth(self) -> int:
+        """How many turns may be in flight at once."""
+        ...
+
+    @property
+    def claiming(self) -> int:
+        """The slots the turns in flight may fill: the sum of their claim limits."""
+        ...
+
+    @property
+    def suspect(self) -> bool:
+        """Whether a turn in flight may bring a suspect."""
+        ...
+
+    def completions(self) -> list[Completion]:
+        """The completions of the turns in flight, oldest first."""
+        ...
+
+    def answered(self) -> bool:
+        """Whether the oldest turn's answer has come back (``receive`` would not wait)."""
         ...
 
     def send(
@@ -117,16 +161,19 @@ class TurnPipe(Protocol):
     ) -> bool:
         """Send a turn as ``job_exchange_many`` would run it (completions without
         effects, no failures). False: none sent, and none can be on this database.
-        After an error, whether it reached the database is unknown; none is in flight."""
+        After an error, whether it reached the database is unknown, and no turn is in
+        flight: the turns that were are never read (their completions are the caller's
+        to send again)."""
         ...
 
     def receive(self) -> TurnAnswer:
-        """The answer to the turn in flight, once it committed. After an error, whether
-        it committed is unknown."""
+        """The answer to the oldest turn in flight, once it committed. After an error,
+        whether it committed is unknown, and no turn is in flight (as after ``send``)."""
         ...
 
-    def close(self) -> None:
-        """Give its connection back; a turn still in flight is never read."""
+    def close(self) -> list[Completion]:
+        """Give its connection back; the turns still in flight are never read, and their
+        completions are returned, to be sent again."""
         ...
 
 

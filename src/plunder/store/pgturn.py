@@ -18,15 +18,21 @@ arrived, that is, after it committed. Until then its claims are invisible to the
 heartbeat that reads them meanwhile must not take them for lost (see Worker), and its
 results are on their way, held like any results not yet written.
 
+A second turn may follow the first before the first is read (``depth``): the server runs
+it as soon as it has committed the first, without waiting for the worker. Answers are read
+oldest first, and reading one never waits for the next (see ``_fetch_flight``).
+
 A turn that fails (an error, a lost or cut connection) ends the pipe's connection: it is
-closed, and the next send opens another. Whether that turn committed may be unknown; its
-results are sent again by the caller (an acknowledgement that committed already is
-recognised as such), and claims that did commit are given back once the heartbeat reports
-them.
+closed, the turn after it is never read either, and the next send opens another. Whether
+those turns committed may be unknown; their results are sent again by the caller (an
+acknowledgement that committed already is recognised as such), and claims that did commit
+are given back once the heartbeat reports them.
 """
 
 from __future__ import annotations
 
+import collections
+import select
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
@@ -36,6 +42,11 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import tuple_row
+
+try:  # reads one statement's results at a time in pipeline mode (see _fetch_flight)
+    from psycopg.generators import fetch_many
+except ImportError:  # pragma: no cover - a psycopg without it sends one turn at a time
+    fetch_many = None
 
 from plunder import errors
 from plunder.model import SUSPECT_LOSSES, AckResult, Completion, JobRecord
@@ -48,6 +59,7 @@ if TYPE_CHECKING:
     from plunder.store.postgres import PostgresStore
 
 Encoded = list[tuple[Completion, str]]  # completions with their results encoded
+MAX_IN_FLIGHT = 2  # turns a pipe may have in flight, where psycopg lets it read them singly
 
 
 def turn_params(
@@ -86,11 +98,16 @@ class Answer:
         session_id: str,
         read: Callable[[], Claimed],
         claimed: int,
+        *,
+        limit: int = 0,
+        take_suspect: bool = False,
     ) -> None:
         self.store = store
         self.plain = plain
         self.session_id = session_id
         self.claimed = claimed  # how many jobs it claimed
+        self.limit = limit  # how many it asked for
+        self.take_suspect = take_suspect  # whether it could bring a suspect
         self._read = read
         self._table: Claimed | None = None
 
@@ -99,6 +116,11 @@ class Answer:
         """The answer of rows read already."""
         claimed = sum(1 for row in table[1] if row[1] is not None)
         return cls(store, plain, session_id, lambda: table, claimed)
+
+    @property
+    def completions(self) -> list[Completion]:
+        """The completions it carried."""
+        return [c for c, _ in self.plain]
 
     def table(self) -> Claimed:
         if self._table is None:
@@ -147,6 +169,41 @@ def _sync_now(pipeline: psycopg.Pipeline, conn: psycopg.Connection[Any]) -> bool
     return True
 
 
+class _Counted(collections.deque):  # type: ignore[type-arg]
+    """A pipeline's queue of expected results that counts those taken from it: the
+    results of turn k are the queue's entries up to the count it had reached when turn k
+    was sent, whoever takes them (psycopg takes results that arrived while it sends)."""
+
+    def __init__(self, items: Any) -> None:
+        super().__init__(items)
+        self.taken = 0
+
+    def popleft(self) -> Any:
+        item = super().popleft()
+        self.taken += 1
+        return item
+
+    @property
+    def queued(self) -> int:
+        """Entries ever put in: taken, and still waiting."""
+        return self.taken + len(self)
+
+
+def _count_results(pipeline: psycopg.Pipeline) -> _Counted | None:
+    """Count the pipeline's expected results (see _Counted); None where this psycopg
+    keeps them otherwise: one turn at a time then."""
+    kept = getattr(pipeline, "result_queue", None)
+    if (
+        fetch_many is None
+        or not isinstance(kept, collections.deque)
+        or not callable(getattr(pipeline, "_process_results", None))
+    ):
+        return None
+    counted = _Counted(kept)
+    pipeline.result_queue = counted
+    return counted
+
+
 @dataclass
 class _Flight:
     cursor: psycopg.Cursor[Any]
@@ -156,23 +213,67 @@ class _Flight:
     call: Call
     synced: bool  # the Sync went out with the statement
     sent_at: float  # time.monotonic()
+    limit: int
+    take_suspect: bool
+    end: int  # the pipeline's result count once this turn's are in (see _Counted)
 
 
 class TurnPipe:
     """One worker's turns sent ahead on one held connection (see the module docstring).
-    At most one turn is in flight; only the worker's main thread uses it."""
+    Up to ``depth`` turns in flight, answered in the order they were sent; only the
+    worker's main thread uses it."""
 
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
         self._conn: psycopg.Connection[Any] | None = None
         self._pipeline: psycopg.Pipeline | None = None
         self._mode: AbstractContextManager[psycopg.Pipeline] | None = None  # pipeline mode
-        self._flight: _Flight | None = None
+        self._results: _Counted | None = None
+        self._flights: collections.deque[_Flight] = collections.deque()
+        self._depth = MAX_IN_FLIGHT
 
     @property
     def sent_at(self) -> float | None:
-        """When the turn in flight was sent (``time.monotonic()``); None: none is."""
-        return None if self._flight is None else self._flight.sent_at
+        """When the oldest turn in flight was sent (``time.monotonic()``); None: none is."""
+        return self._flights[0].sent_at if self._flights else None
+
+    @property
+    def in_flight(self) -> int:
+        """How many turns are in flight."""
+        return len(self._flights)
+
+    @property
+    def depth(self) -> int:
+        """How many turns may be in flight at once: MAX_IN_FLIGHT, or one where this
+        psycopg cannot read a turn's answer without waiting for the next one's."""
+        return self._depth
+
+    @property
+    def claiming(self) -> int:
+        """The slots the turns in flight may fill: the sum of their claim limits."""
+        return sum(f.limit for f in self._flights)
+
+    @property
+    def suspect(self) -> bool:
+        """Whether a turn in flight may bring a suspect."""
+        return any(f.take_suspect for f in self._flights)
+
+    def completions(self) -> list[Completion]:
+        """The completions of the turns in flight, oldest first."""
+        return [c for f in self._flights for c, _ in f.plain]
+
+    def answered(self) -> bool:
+        """Whether the oldest turn in flight has (begun to) come back: ``receive`` would
+        not wait for the database. False with none in flight."""
+        if not self._flights or self._conn is None:
+            return False
+        if self._results is not None and self._results.taken >= self._flights[0].end:
+            return True  # read already, by a later send
+        try:
+            readable, _, _ = select.select([self._conn.fileno()], [], [], 0)
+        except (OSError, ValueError, psycopg.Error):
+            return True  # broken: receive says how
+        return bool(readable)
 
     def send(
         self,
@@ -188,9 +289,9 @@ class TurnPipe:
         ``limit`` jobs. False: nothing was sent, and no turn can be sent ahead on this
         database (a transaction pooler: plunder's settings are made per transaction there).
         Raises the store's errors; after one, whether it reached the database is unknown,
-        and nothing is in flight."""
-        if self._flight is not None:
-            raise RuntimeError("a turn is in flight already: receive it first")
+        and nothing is in flight (the turns that were are never read: see ``close``)."""
+        if len(self._flights) >= self._depth:
+            raise RuntimeError(f"{len(self._flights)} turns are in flight already: receive first")
         if any(c.effects is not None for c in completions):
             raise ValueError("completions with effects go through job_complete_many")
         store = self._store
@@ -217,23 +318,31 @@ class TurnPipe:
             watch.close()
             self.close(discard=True)
             raise
-        self._flight = _Flight(cursor, plain, session_id, watch, call, synced, time.monotonic())
+        if not synced or self._results is None:
+            self._depth = 1  # its answer is read with psycopg's own steps, all at once
+        end = self._results.queued if self._results is not None else 0
+        flight = _Flight(cursor, plain, session_id, watch, call, synced, time.monotonic(),
+                         limit, take_suspect, end)  # fmt: skip
+        self._flights.append(flight)
         return True
 
     def receive(self) -> Answer:
-        """The answer to the turn in flight, once it committed. Raises the store's errors;
-        after one, whether it committed is unknown."""
-        flight, self._flight = self._flight, None
-        if flight is None:
+        """The answer to the oldest turn in flight, once it committed. Raises the store's
+        errors; after one, whether it committed is unknown, and nothing is in flight."""
+        if not self._flights:
             raise RuntimeError("no turn is in flight")
+        flight = self._flights.popleft()
         conn, pipeline = self._conn, self._pipeline
         assert conn is not None and pipeline is not None
         try:
             with flight.watch:
-                if flight.synced:
-                    conn.wait(pipeline._fetch_gen(flush=False))
-                if not flight.synced or flight.cursor.pgresult is None:
-                    pipeline.sync()
+                if flight.synced and self._results is not None:
+                    conn.wait(self._fetch_flight(pipeline, self._results, flight.end))
+                else:
+                    if flight.synced:
+                        conn.wait(pipeline._fetch_gen(flush=False))
+                    if not flight.synced or flight.cursor.pgresult is None:
+                        pipeline.sync()
                 result = flight.cursor.pgresult
                 if result is None or flight.cursor.description is None:
                     raise errors.StoreError(f"{self._store.url}: a turn came back without rows")
@@ -251,19 +360,38 @@ class TurnPipe:
             assert cursor.description is not None
             return [column.name for column in cursor.description], list(cursor.fetchall())
 
-        return Answer(self._store, flight.plain, flight.session_id, read, claimed)
+        return Answer(
+            self._store,
+            flight.plain,
+            flight.session_id,
+            read,
+            claimed,
+            limit=flight.limit,
+            take_suspect=flight.take_suspect,
+        )
 
-    def close(self, *, discard: bool = False) -> None:
+    @staticmethod
+    def _fetch_flight(pipeline: psycopg.Pipeline, results: _Counted, end: int) -> Any:
+        """psycopg's ``_fetch_gen``, stopped at one turn's results: a later turn's are not
+        waited for. Each is handed to psycopg as its own would be."""
+        assert fetch_many is not None
+        while results.taken < end:
+            fetched = yield from fetch_many(pipeline.pgconn)
+            pipeline._process_results(results.popleft(), fetched)
+
+    def close(self, *, discard: bool = False) -> list[Completion]:
         """Give the connection back to the pool: closed first if a turn is in flight (its
-        answer is never read) or ``discard``."""
+        answer is never read) or ``discard``. The completions of the turns never read: the
+        caller sends them again (each may have committed, or not)."""
         conn, mode = self._conn, self._mode
-        self._conn = self._pipeline = self._mode = None
-        flight, self._flight = self._flight, None
-        if flight is not None:
+        self._conn = self._pipeline = self._mode = self._results = None
+        flights, self._flights = list(self._flights), collections.deque()
+        for flight in flights:
             flight.watch.close()
+        unread = [c for f in flights for c, _ in f.plain]
         if conn is None:
-            return
-        if flight is not None or discard or conn.broken:
+            return unread
+        if flights or discard or conn.broken:
             conn.close()
         if mode is not None:
             try:  # pipeline mode ends: at once with nothing in flight, or with an error
@@ -271,6 +399,7 @@ class TurnPipe:
             except psycopg.Error:
                 conn.close()
         self._store._get_pool().putconn(conn)
+        return unread
 
     def _open(self) -> tuple[psycopg.Connection[Any], psycopg.Pipeline] | None:
         if self._conn is not None and self._pipeline is not None and not self._conn.closed:
@@ -286,6 +415,7 @@ class TurnPipe:
         except psycopg.Error as exc:
             self.close(discard=True)
             raise self._error(exc, None) from exc
+        self._results = _count_results(self._pipeline)
         return conn, self._pipeline
 
     def _error(self, exc: psycopg.Error, call: Call | None) -> Exception:

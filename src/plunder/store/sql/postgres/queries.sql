@@ -293,9 +293,7 @@ done AS (
 /* include: job_complete */
 ),
 told AS (
-    SELECT pg_notify('plunder_done', string_agg(id::text, ','))
-    FROM (SELECT id, (row_number() OVER ()) / 300 AS chunk FROM done) AS c
-    GROUP BY chunk
+    SELECT pg_notify('plunder_done', string_agg(id::text, ',')) FROM done GROUP BY id / 300
 ),
 /* include: job_claim_steps */
 SELECT (SELECT count(*) FROM done) AS acked, c.*
@@ -380,23 +378,25 @@ WHERE j.id = u.job_id AND j.attempt = u.attempt
   -- the planner then reads every running job of every worker (and the index's dead
   -- entries) to hash-join the batch, instead of looking its ids up
   AND (j.status || '') = 'running'
-  -- a scalar subquery, not EXISTS: a semi-join would start the plan from the session
-  AND (SELECT s.expires_at FROM plunder_sessions AS s WHERE s.id = u.session_id) > clock.now
+  -- the batch's live sessions, looked up once (an init plan): a batch is one worker's,
+  -- and a lookup per job cost a tenth of the statement; not a join or EXISTS either,
+  -- which would start the plan from the session
+  AND u.session_id = ANY(ARRAY(
+      SELECT s.id FROM plunder_sessions AS s, clock AS c
+      WHERE s.id = ANY(%(claim_session)s::text[]) AND s.expires_at > c.now))
 RETURNING j.id;
 
 -- name: job_complete_notify
 -- job_complete, which also tells the result waiters of the jobs it completed when the
--- transaction commits ('plunder_done', at most 300 ids to a notification, under the
--- 8000-byte limit): no separate notify, so an acknowledgement on its own is one statement,
--- committed in one round trip. The store uses it only where the database delivers
+-- transaction commits ('plunder_done', one notification for each block of 300 ids it
+-- completed jobs in, under the 8000-byte limit): no separate notify, so an acknowledgement
+-- on its own is one statement, committed in one round trip. The store uses it only where the database delivers
 -- notifications (Store.notifies).
 WITH done AS (
 /* include: job_complete */
 ),
 told AS (
-    SELECT pg_notify('plunder_done', string_agg(id::text, ','))
-    FROM (SELECT id, (row_number() OVER ()) / 300 AS chunk FROM done) AS c
-    GROUP BY chunk
+    SELECT pg_notify('plunder_done', string_agg(id::text, ',')) FROM done GROUP BY id / 300
 )
 SELECT done.id FROM done WHERE (SELECT count(*) FROM told) >= 0;
 

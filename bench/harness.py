@@ -5,7 +5,10 @@
 One throwaway PostgreSQL cluster on loopback (``plunder.pgcluster.create()`` with no test
 settings: fsync and synchronous_commit on, defaults otherwise) serves every PostgreSQL
 system; each measurement gets a fresh database (SQLite: a fresh file). Runs are
-interleaved — run 1 of every system, then run 2, … — and the table shows medians.
+interleaved — run 1 of every system, then run 2, … — and the table shows medians. Within a
+run, one measurement at a time goes through every system (the systems compared in it run
+minutes apart at most, not a whole run apart: this machine's speed drifts over minutes),
+and the order of the systems turns by one each run, so that none always goes first.
 
 Every measurement runs in its own process, ``python -m bench.runner``: under this
 interpreter for plunder and the raw bounds, under ``bench/.venv`` for the peers, which
@@ -563,6 +566,16 @@ def plan(options: Options) -> list[tuple[System, str]]:
     return chosen
 
 
+def in_turn(work: list[tuple[System, str]], number: int) -> list[tuple[System, str]]:
+    """Run ``number``'s measurements: one measurement through every system, then the
+    next, with the systems' order turned ``number`` places (see the module docstring)."""
+    measurements = list(dict.fromkeys(m for _, m in work))
+    systems = list(dict.fromkeys(s.name for s, _ in work))
+    shift = number % len(systems) if systems else 0
+    place = {name: (i - shift) % len(systems) for i, name in enumerate(systems)}
+    return sorted(work, key=lambda sm: (measurements.index(sm[1]), place[sm[0].name]))
+
+
 def run(options: Options) -> dict[str, Any]:
     from plunder import pgcluster
 
@@ -588,7 +601,7 @@ def run(options: Options) -> dict[str, Any]:
                 pg_version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
         databases = Databases(cluster, folder)
         for number in range(options.repeat):
-            for system, measurement in work:
+            for system, measurement in in_turn(work, number):
                 if number > 0 and measurement in system.once:
                     continue
                 url = databases.fresh(system, measurement)

@@ -34,7 +34,7 @@ from plunder.store.base import TurnPipe
 
 log = logging.getLogger("plunder.worker")
 AHEAD_LINGER = 0.002  # seconds the next turn may wait for outcomes to free its slots
-AHEAD_POLL = 0.0002  # seconds between looks at the answer, while outcomes are awaited
+AHEAD_POLL = 0.0005  # seconds between looks at the answer, while outcomes are awaited
 
 
 class _Worker(Protocol):
@@ -116,8 +116,10 @@ class TurnsAhead:
         worker in between. Outcomes that free slots are waited for until the oldest turn's
         answer is in, AHEAD_LINGER at most."""
         pipe = self._pipe
-        if pipe is None or pipe.in_flight >= pipe.depth or not self._more or self._stop.is_set():
+        if pipe is None or pipe.in_flight >= pipe.depth or not self._more:
             return
+        if self._stop.is_set() or self._failures:  # those go the ordinary way, once no
+            return  # turn is in flight
         slots = self.options.concurrency
         full = max(1, slots // 2)
         deadline = time.monotonic() + AHEAD_LINGER
@@ -128,7 +130,7 @@ class TurnsAhead:
             # a nap, not a wait on the queue: that would wake this thread for each outcome
             time.sleep(AHEAD_POLL)
             self._collect(block=False)
-        if not self._failures:  # those go the ordinary way, once no turn is in flight
+        if not self._failures:
             self._send_turn(slots - len(self._running))
 
     def _read_turn(self: _Worker) -> int:

@@ -85,3 +85,19 @@ def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -
         assert 0 < rescue["seconds"] < 20
     assert {row["target"] for row in report["targets"]}
     assert (tmp_path / "bench.md").read_text().startswith("| system |")
+
+
+def test_each_run_goes_measurement_by_measurement_and_turns_the_systems() -> None:
+    """Peers compared in a measurement run close together in time, and no system always
+    runs first (this machine's speed drifts over minutes)."""
+    systems = [harness.SYSTEMS[name] for name in ("plunder_pg", "raw_pg", "plunder_sqlite")]
+    work = [(s, m) for s in systems for m in ("enqueue", "drain_1")]
+    firsts = []
+    for number in range(3):
+        turn = harness.in_turn(work, number)
+        assert sorted(turn, key=id) == sorted(work, key=id)  # every measurement, once
+        assert [m for _, m in turn] == ["enqueue"] * 3 + ["drain_1"] * 3
+        names = [s.name for s, _ in turn]
+        assert names[:3] == names[3:]
+        firsts.append(names[0])
+    assert firsts == ["plunder_pg", "raw_pg", "plunder_sqlite"]

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -35,6 +36,28 @@ def idle_worker(url: str, concurrency: int) -> Iterator[Worker]:
         tasks.app.close()
 
 
+@dataclass(frozen=True)
+class Send:
+    at: float  # time.monotonic()
+    limit: int
+    behind: int  # the turns in flight as it was sent
+
+
+def watch_sends(worker: Worker) -> list[Send]:
+    """The turns the worker's pipe sends, as it sends them (none on SQLite)."""
+    sends: list[Send] = []
+    pipe = worker._pipe
+    if pipe is not None:
+        real = pipe.send
+
+        def counted(*args: Any, **kwargs: Any) -> bool:
+            sends.append(Send(time.monotonic(), kwargs["limit"], pipe.in_flight))
+            return real(*args, **kwargs)
+
+        pipe.send = counted  # type: ignore[method-assign]
+    return sends
+
+
 def running_claims(worker: Worker) -> set[Claim]:
     return {j.claim for j in worker.store.job_list(status=Status.RUNNING, limit=500).jobs}
 
@@ -42,18 +65,7 @@ def running_claims(worker: Worker) -> set[Claim]:
 def test_a_busy_worker_sends_turns_ahead_and_runs_each_job_once(store_url: str) -> None:
     tasks.app.configure(url=store_url, heartbeat_interval=0.1, session_expiry=2.0)
     worker = Worker(tasks.app, WorkerOptions(concurrency=20))
-    sent: list[int] = []
-    behind: list[int] = []  # the turns in flight as each was sent
-    if worker._pipe is not None:
-        pipe = worker._pipe
-        real = pipe.send
-
-        def counted(*args: Any, **kwargs: Any) -> bool:
-            sent.append(kwargs["limit"])
-            behind.append(pipe.in_flight)
-            return real(*args, **kwargs)
-
-        worker._pipe.send = counted  # type: ignore[method-assign]
+    sends = watch_sends(worker)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
@@ -72,7 +84,8 @@ def test_a_busy_worker_sends_turns_ahead_and_runs_each_job_once(store_url: str) 
     if store_url.startswith("sqlite"):
         assert worker._pipe is None
     else:  # turns of at most half the slots, most of them sent ahead, some behind another
-        assert len(sent) >= 60 and max(sent) == 10
+        limits, behind = [s.limit for s in sends], [s.behind for s in sends]
+        assert len(limits) >= 60 and max(limits) == 10
         assert max(behind) == 2 - 1 and behind.count(1) >= 1
 
 
@@ -86,14 +99,7 @@ def test_an_idle_worker_sends_no_turns_ahead(store_url: str) -> None:
     worker = Worker(tasks.app, WorkerOptions(concurrency=20))
     assert worker._pipe is not None
     pipe = worker._pipe
-    real = pipe.send
-    sent: list[float] = []
-
-    def counted(*args: Any, **kwargs: Any) -> bool:
-        sent.append(time.monotonic())
-        return real(*args, **kwargs)
-
-    pipe.send = counted  # type: ignore[method-assign]
+    sends = watch_sends(worker)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
@@ -103,7 +109,7 @@ def test_an_idle_worker_sends_no_turns_ahead(store_url: str) -> None:
         time.sleep(0.3)  # the last results go out
         quiet = time.monotonic()
         time.sleep(1.0)
-        assert len([t for t in sent if t > quiet]) <= 2  # a poll a second, not a spin
+        assert len([s for s in sends if s.at > quiet]) <= 2  # a poll a second, not a spin
         assert pipe.in_flight == 0
     finally:
         worker.stop()

@@ -58,6 +58,28 @@ def watch_sends(worker: Worker) -> list[Send]:
     return sends
 
 
+@contextmanager
+def running(worker: Worker) -> Iterator[None]:
+    """The worker's loop on a thread for the block; stopped after it, and it ended well."""
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        worker.stop()
+        thread.join(timeout=15)
+        tasks.app.close()
+    assert not thread.is_alive() and worker.error is None
+
+
+def drained(worker: Worker, count: int) -> list[Any]:
+    """``count`` jobs enqueued, each run once with its result, all acknowledged."""
+    jobs = tasks.add.enqueue_many([(i, 1) for i in range(count)])
+    assert [j.result(timeout=60) for j in jobs] == [i + 1 for i in range(count)]
+    wait_for(lambda: worker.stats["succeeded"] == count, timeout=30)
+    return jobs
+
+
 def running_claims(worker: Worker) -> set[Claim]:
     return {j.claim for j in worker.store.job_list(status=Status.RUNNING, limit=500).jobs}
 
@@ -66,21 +88,12 @@ def test_a_busy_worker_sends_turns_ahead_and_runs_each_job_once(store_url: str) 
     tasks.app.configure(url=store_url, heartbeat_interval=0.1, session_expiry=2.0)
     worker = Worker(tasks.app, WorkerOptions(concurrency=20))
     sends = watch_sends(worker)
-    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
-    thread.start()
-    try:
-        jobs = tasks.add.enqueue_many([(i, 1) for i in range(600)])
-        assert [j.result(timeout=60) for j in jobs] == [i + 1 for i in range(600)]
-        wait_for(lambda: worker.stats["succeeded"] == 600, timeout=30)
+    with running(worker):
+        jobs = drained(worker, 600)
         assert worker.stats["claimed"] == 600 and worker.stats["stale"] == 0
         for job in jobs[::50]:
             assert [r.outcome for r in job.runs] == [Outcome.SUCCEEDED]
             assert job.refresh().attempt == 1
-    finally:
-        worker.stop()
-        thread.join(timeout=15)
-        tasks.app.close()
-    assert not thread.is_alive() and worker.error is None
     if store_url.startswith("sqlite"):
         assert worker._pipe is None
     else:  # turns of at most half the slots, most of them sent ahead, some behind another
@@ -100,22 +113,13 @@ def test_an_idle_worker_sends_no_turns_ahead(store_url: str) -> None:
     assert worker._pipe is not None
     pipe = worker._pipe
     sends = watch_sends(worker)
-    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
-    thread.start()
-    try:
-        jobs = tasks.add.enqueue_many([(i, 1) for i in range(200)])
-        assert [j.result(timeout=60) for j in jobs] == [i + 1 for i in range(200)]
-        wait_for(lambda: worker.stats["succeeded"] == 200, timeout=30)
+    with running(worker):
+        drained(worker, 200)
         time.sleep(0.3)  # the last results go out
         quiet = time.monotonic()
         time.sleep(1.0)
         assert len([s for s in sends if s.at > quiet]) <= 2  # a poll a second, not a spin
         assert pipe.in_flight == 0
-    finally:
-        worker.stop()
-        thread.join(timeout=15)
-        tasks.app.close()
-    assert not thread.is_alive() and worker.error is None
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)

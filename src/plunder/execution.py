@@ -26,7 +26,7 @@ import multiprocessing
 import multiprocessing.connection
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,22 +198,31 @@ class ThreadRunner:
         self._called = 0  # threads called to the queue that have not looked at it yet
 
     def start(self, handle: Handle) -> None:
+        for _, exc in self.start_many([handle]):
+            raise exc
+
+    def start_many(self, handles: Sequence[Handle]) -> list[tuple[Handle, Exception]]:
+        """Queue jobs to start, and call a thread to them. The jobs that did not start,
+        with why (no thread could be made, the process is out of them, and no running
+        thread took them): the caller fails them. Those a running thread took run; the
+        ones behind them wait for a free thread."""
+        if not handles:
+            return []
         with self._lock:
-            self._jobs.append(handle)
+            self._jobs.extend(handles)
             spawn = self._call()
         if not spawn:
-            return
+            return []
         try:
             self._spawn()
-        except Exception:
-            # no thread could be made (the process is out of them): this job does not
-            # start, and the caller fails it, unless a running thread took it meanwhile
+        except Exception as exc:
             with self._lock:
-                try:
+                waiting = {id(handle) for handle in self._jobs}
+                left = [handle for handle in handles if id(handle) in waiting]
+                for handle in left:
                     self._jobs.remove(handle)
-                except ValueError:
-                    return  # taken: it runs; the jobs behind it wait for a free thread
-            raise
+            return [(handle, exc) for handle in left]
+        return []
 
     def _call(self) -> bool:
         """Under the lock, with jobs waiting: unless a thread is already called, call one.

@@ -24,6 +24,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from plunder import errors
@@ -59,8 +60,8 @@ class _Worker(Protocol):
     def _send_ahead(self) -> None: ...
     def _collect(self, *, block: bool, timeout: float = 0.0) -> None: ...
     def _current(self, outcome: Any) -> Handle | None: ...
-    def _record(self, outcome: Any) -> None: ...
-    def _start(self, job: JobRecord) -> None: ...
+    def _record(self, outcomes: Sequence[Any]) -> None: ...
+    def _start(self, jobs: Sequence[JobRecord]) -> None: ...
     def _count(self, ack: AckResult, kind: str) -> None: ...
     def _may_take_suspect(self) -> bool: ...
 
@@ -160,11 +161,9 @@ class TurnsAhead:
             free = self.options.concurrency - len(self._running) + ended - answer.claimed
             # a turn that could bring a suspect may have: the next may not, before it runs
             self._send_turn(free, suspects=not answer.take_suspect)
-            for outcome in finished:
-                self._record(outcome)
+            self._record(finished)
         claimed = answer.jobs()
-        for job in claimed:
-            self._start(job)
+        self._start(claimed)
         self.stats["claimed"] += len(claimed)
         try:
             self._count(answer.settle(), "succeeded")

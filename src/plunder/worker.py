@@ -414,8 +414,7 @@ class Worker(TurnsAhead):
         del self._failures[: len(failed)]
         self._count(exchange.completed, "succeeded")
         self._count(exchange.failed, "failed")
-        for job in exchange.claimed:
-            self._start(job)
+        self._start(exchange.claimed)
         self.stats["claimed"] += len(exchange.claimed)
         return len(exchange.claimed)
 
@@ -436,8 +435,7 @@ class Worker(TurnsAhead):
             log.warning("claim failed: %s", exc)
             self._stop.wait(min(self.settings.poll_interval, RECONNECT_CAP))
             return 0
-        for job in jobs:
-            self._start(job)
+        self._start(jobs)
         self.stats["claimed"] += len(jobs)
         return len(jobs)
 
@@ -445,20 +443,35 @@ class Worker(TurnsAhead):
         """At most one suspect at a time in the process (see SuspectSlot)."""
         return not self._suspects_running and self._suspects.take(self)
 
-    def _start(self, job: JobRecord) -> None:
-        task = self.app.registry.get(job.task)
-        ctx = Context(job, self.store, on_flush_needed=self._stream_wake.set)
-        handle = Handle(job=job, task=task, ctx=ctx)
+    def _start(self, jobs: Sequence[JobRecord]) -> None:
+        """Start claimed jobs, each on its task's runner: those of the thread pool are
+        handed to it together (one look at its lock, one thread called for them all)."""
+        get, store, wake = self.app.registry.get, self.store, self._stream_wake.set
+        handles = [
+            Handle(job=job, task=get(job.task), ctx=Context(job, store, on_flush_needed=wake))
+            for job in jobs
+        ]
         with self._lock:
-            self._running[job.id] = handle
-        if job.suspect:
-            self._suspects_running += 1
-        if job.timeout is not None:
-            self._deadlines[job.id] = time.monotonic() + job.timeout
-        try:
-            self._runner(task).start(handle)
-        except Exception as exc:  # could not even start: the job fails with why
-            self._outcomes.put(Outcome(job, False, error=exc))
+            for handle in handles:
+                self._running[handle.job.id] = handle
+        now = time.monotonic()
+        pooled = []
+        for handle in handles:
+            job = handle.job
+            if job.suspect:
+                self._suspects_running += 1
+            if job.timeout is not None:
+                self._deadlines[job.id] = now + job.timeout
+            runner = self._runner(handle.task)
+            if runner is self._threads:
+                pooled.append(handle)
+                continue
+            try:
+                runner.start(handle)
+            except Exception as exc:  # could not even start: the job fails with why
+                self._outcomes.put(Outcome(job, False, error=exc))
+        for handle, why in self._threads.start_many(pooled):
+            self._outcomes.put(Outcome(handle.job, False, error=why))
 
     def _runner(self, task: Any) -> ThreadRunner | AsyncRunner | ProcessRunner:
         if task.is_async:
@@ -473,31 +486,46 @@ class Worker(TurnsAhead):
             first = self._outcomes.get(block=block, timeout=timeout if block else None)
         except queue.Empty:
             return
-        self._record(first)
-        while True:  # take everything else that is ready: it goes out in the same batch
-            try:
-                self._record(self._outcomes.get_nowait())
-            except queue.Empty:
-                return
+        outcomes = [first]
+        take = self._outcomes.get_nowait
+        with contextlib.suppress(queue.Empty):
+            while True:  # everything else that is ready: it goes out in the same batch
+                outcomes.append(take())
+        self._record(outcomes)
 
-    def _record(self, outcome: Outcome | _Stop) -> None:
-        if isinstance(outcome, _Stop):
-            for claim in outcome.claims:
-                handle = self._running.get(claim.job_id)
-                if handle is not None and handle.job.attempt == claim.attempt:
-                    self._forget(claim.job_id)
-            return
-        handle = self._current(outcome)
-        if handle is None:
-            return  # stopped earlier (cancelled, timed out, session lost): discard
-        self._forget(outcome.job.id)
-        handle.flush_stream()
-        if handle.ctx.acknowledged:
-            self._store_result(handle, outcome)
-        elif outcome.ok:
-            self._succeeded(handle, outcome.result)
-        else:
-            self._failures.append(failure_of(handle, outcome))
+    def _record(self, outcomes: Sequence[Outcome | _Stop]) -> None:
+        """Take in outcomes, in order: the results to send, the failures to report; the
+        slots of the jobs they end are freed together (one look at the lock)."""
+        ended: list[tuple[Handle, Outcome]] = []
+        for outcome in outcomes:
+            if isinstance(outcome, _Stop):
+                self._end(ended)  # those before it first, as they came
+                ended = []
+                for claim in outcome.claims:
+                    handle = self._running.get(claim.job_id)
+                    if handle is not None and handle.job.attempt == claim.attempt:
+                        self._forget(claim.job_id)
+                continue
+            handle = self._current(outcome)
+            if handle is not None:  # else stopped earlier (cancelled, timed out, session
+                ended.append((handle, outcome))  # lost): discarded
+        self._end(ended)
+
+    def _end(self, ended: list[tuple[Handle, Outcome]]) -> None:
+        with self._lock:
+            running = self._running
+            ended = [(h, o) for h, o in ended if running.get(h.job.id) is h]
+            for handle, _ in ended:
+                del running[handle.job.id]
+        for handle, outcome in ended:
+            self._forgotten(handle)
+            handle.flush_stream()
+            if handle.ctx.acknowledged:
+                self._store_result(handle, outcome)
+            elif outcome.ok:
+                self._succeeded(handle, outcome.result)
+            else:
+                self._failures.append(failure_of(handle, outcome))
 
     def _current(self, outcome: Outcome | _Stop) -> Handle | None:
         """The running job an outcome is of, unless stopped since (or a _Stop)."""
@@ -552,11 +580,18 @@ class Worker(TurnsAhead):
     def _forget(self, job_id: int) -> Handle | None:
         with self._lock:
             handle = self._running.pop(job_id, None)
-        self._deadlines.pop(job_id, None)
-        if handle is not None and handle.job.suspect:
+        if handle is None:
+            self._deadlines.pop(job_id, None)
+        else:
+            self._forgotten(handle)
+        return handle
+
+    def _forgotten(self, handle: Handle) -> None:
+        """A job no longer running (out of ``_running``): its deadline and suspect slot."""
+        self._deadlines.pop(handle.job.id, None)
+        if handle.job.suspect:
             self._suspects_running -= 1
             self._suspects.keep(self, self._suspects_running > 0)
-        return handle
 
     def _stop_job(self, handle: Handle, reason: str) -> None:
         self._runner(handle.task).stop(handle, reason)

@@ -155,6 +155,22 @@ def test_a_job_whose_thread_cannot_be_made_does_not_start_and_blocks_nothing(
     assert seen and sum(seen.values()) == 1  # the first never ran
 
 
+def test_jobs_started_together_that_no_thread_can_take_come_back_with_why(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outcomes: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    runner = ThreadRunner(outcomes)
+    batch = handles(store, ["quick", "quick", "quick"])
+    _NoThreads(monkeypatch, allowed=0)
+    refused = runner.start_many(batch)
+    assert [handle for handle, _ in refused] == batch  # the worker fails each with why
+    assert all(isinstance(exc, RuntimeError) for _, exc in refused)
+    assert not runner._jobs and runner._called == 0
+    monkeypatch.undo()
+    assert runner.start_many(handles(store, ["quick", "quick"])) == []
+    assert len(outcomes_of(outcomes, 2)) == 2
+
+
 def test_jobs_behind_a_thread_that_cannot_be_made_run_when_one_is_free(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

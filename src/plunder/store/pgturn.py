@@ -231,6 +231,7 @@ class TurnPipe:
         self._results: _Counted | None = None
         self._flights: collections.deque[_Flight] = collections.deque()
         self._depth = MAX_IN_FLIGHT
+        self._columns: list[str] | None = None  # of the answers (see _names)
 
     @property
     def sent_at(self) -> float | None:
@@ -344,7 +345,7 @@ class TurnPipe:
                     if not flight.synced or flight.cursor.pgresult is None:
                         pipeline.sync()
                 result = flight.cursor.pgresult
-                if result is None or flight.cursor.description is None:
+                if result is None or not result.nfields:
                     raise errors.StoreError(f"{self._store.url}: a turn came back without rows")
         except psycopg.Error as exc:
             self.close(discard=True)
@@ -357,8 +358,7 @@ class TurnPipe:
         cursor = flight.cursor
 
         def read() -> Claimed:  # the rows are here already; only parsing them is left
-            assert cursor.description is not None
-            return [column.name for column in cursor.description], list(cursor.fetchall())
+            return self._names(cursor), list(cursor.fetchall())
 
         return Answer(
             self._store,
@@ -369,6 +369,16 @@ class TurnPipe:
             limit=flight.limit,
             take_suspect=flight.take_suspect,
         )
+
+    def _names(self, cursor: psycopg.Cursor[Any]) -> list[str]:
+        """The answer's column names: every turn is the same statement, so they are read
+        once (psycopg makes a description's columns anew at each look, with a type lookup
+        for each)."""
+        result = cursor.pgresult
+        if self._columns is None or result is None or len(self._columns) != result.nfields:
+            assert cursor.description is not None
+            self._columns = [column.name for column in cursor.description]
+        return self._columns
 
     @staticmethod
     def _fetch_flight(pipeline: psycopg.Pipeline, results: _Counted, end: int) -> Any:

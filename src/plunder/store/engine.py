@@ -15,6 +15,7 @@ Inside one operation::
 
 from __future__ import annotations
 
+import operator
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -435,23 +436,21 @@ class Engine(ABC):
         names = list(row.keys())
         return self._jobs(names, [[row[name] for name in names]])[0]
 
+    def _claimed(self, claimed: tuple[list[str], list[Sequence[Any]]]) -> list[JobRecord]:
+        """Records of a claim's rows (its column names and rows), best first."""
+        jobs = self._jobs(*claimed)
+        jobs.sort(key=operator.attrgetter("run_at", "id"))  # by due time and id, then (a
+        jobs.sort(key=operator.attrgetter("priority"), reverse=True)  # stable sort) level
+        return jobs
+
     def _jobs(self, names: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[JobRecord]:
         """Records of job rows given as tuples in the order of ``names``. The columns are
-        looked up once per batch, and a time shared by many rows (a claim's started_at, a
-        bulk enqueue's created_at and run_at) is converted once: on a claim of a hundred
-        jobs this is most of the worker's own cost per job."""
+        looked up once per batch, and the values taken as the driver read them where it
+        read them as Python's own types (see _typed): on a claim of a hundred jobs this is
+        most of the worker's own cost per job."""
+        if not rows:
+            return []
         at = {name: i for i, name in enumerate(names)}
-        times: dict[Any, datetime | None] = {None: None}
-
-        def time(value: Any) -> Any:
-            if type(value) is datetime and value.tzinfo is UTC:
-                return value  # read as UTC already (PostgreSQL): hashing it costs more
-            found = times.get(value, times)
-            if found is times:
-                found = times[value] = self._time(value)
-            return found
-
-        decode, status_of, list_out = payload.decode, _STATUS, self._list_out
         (i_id, i_queue, i_task, i_args, i_kwargs, i_priority, i_status, i_attempt) = (
             at["id"], at["queue"], at["task"], at["args"], at["kwargs"], at["priority"],
             at["status"], at["attempt"],
@@ -465,35 +464,72 @@ class Engine(ABC):
             at["result"], at["error"], at["failed_sessions"],
         )  # fmt: skip
         i_losses = at["losses"]
+        rows = self._typed(
+            rows, (i_run_at, i_created, i_started, i_finished, i_deadline), i_retry, i_failed
+        )
+        decode, status_of = payload.decode, _STATUS
         return [
             build_job(
-                int(r[i_id]),
+                r[i_id],
                 r[i_queue],
                 r[i_task],
                 decode(r[i_args]),
                 decode(r[i_kwargs]),
-                int(r[i_priority]),
+                r[i_priority],
                 status_of[r[i_status]],
-                int(r[i_attempt]),
-                int(r[i_max]),
+                r[i_attempt],
+                r[i_max],
                 r[i_timeout],
-                float(r[i_base]),
-                float(r[i_cap]),
-                bool(r[i_retry]),
+                r[i_base],
+                r[i_cap],
+                r[i_retry],
                 r[i_key],
-                time(r[i_run_at]),
-                time(r[i_created]),
-                time(r[i_started]),
-                time(r[i_finished]),
-                time(r[i_deadline]),
+                r[i_run_at],
+                r[i_created],
+                r[i_started],
+                r[i_finished],
+                r[i_deadline],
                 r[i_session],
                 decode(r[i_result]),
                 decode(r[i_error]),
-                tuple(list_out(r[i_failed])),
-                int(r[i_losses]),
+                tuple(r[i_failed]),
+                r[i_losses],
             )
             for r in rows
         ]
+
+    def _typed(
+        self, rows: Sequence[Sequence[Any]], times: tuple[int, ...], flag: int, names: int
+    ) -> Sequence[Sequence[Any]]:
+        """Job rows whose times (at the positions ``times``, the first never NULL), flag
+        and list of names are Python's datetimes in UTC, bool and list: as they are, where
+        the driver read them so (PostgreSQL, its session in UTC, reads every row of a
+        result alike), else converted (SQLite: numbers, 0 or 1, JSON). A time shared by
+        many rows (a claim's started_at, a bulk enqueue's created_at and run_at) is
+        converted once. The other columns are read as Python's types by both."""
+        first = rows[0]
+        when = first[times[0]]
+        if (
+            type(when) is datetime
+            and when.tzinfo is UTC
+            and type(first[flag]) is bool
+            and type(first[names]) is list
+        ):
+            return rows
+        converted: dict[Any, datetime | None] = {None: None}
+        typed = []
+        for row in rows:
+            values = list(row)
+            for i in times:
+                value = values[i]
+                found = converted.get(value, converted)
+                if found is converted:
+                    found = converted[value] = self._time(value)
+                values[i] = found
+            values[flag] = bool(values[flag])
+            values[names] = self._list_out(values[names])
+            typed.append(values)
+        return typed
 
     def _run_record(self, row: Row) -> Run:
         return Run(

@@ -544,12 +544,6 @@ class SQLStore(Maintenance, Reads):
             raise errors.SessionGone(f"session {session_id} has expired or was closed")
         return names, rows
 
-    def _claimed(self, claimed: Claimed) -> list[JobRecord]:
-        names, rows = claimed
-        jobs = self._jobs(names, rows) if rows else []
-        jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
-        return jobs
-
     @contextmanager
     def transaction(self) -> Iterator[Any]:
         """A write transaction on one of this store's connections, committed when the block

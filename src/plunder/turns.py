@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from plunder import errors
-from plunder.acker import ACK_BATCH
 from plunder.execution import Handle
 from plunder.model import AckResult, Completion, Failure, JobRecord, Session
 from plunder.store.base import TurnPipe
@@ -48,6 +47,7 @@ class _Worker(Protocol):
     stats: dict[str, int]
     _pipe: TurnPipe | None
     _more: bool
+    _ack_batch: int
     _completions: list[Completion]
     _failures: list[Failure]
     _running: dict[int, Handle]
@@ -87,7 +87,7 @@ class TurnsAhead:
         limit = min(free - pipe.claiming, max(1, self.options.concurrency // 2))
         if limit <= 0:
             return False
-        done = self._completions[:ACK_BATCH]
+        done = self._completions[: self._ack_batch]
         suspect = suspects and not pipe.suspect and self._may_take_suspect()
         in_flight = pipe.completions()
         try:

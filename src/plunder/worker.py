@@ -152,6 +152,9 @@ class Worker(TurnsAhead):
         self._lock = threading.Lock()
         self._completions: list[Completion] = []
         self._failures: list[Failure] = []
+        # the results a turn carries at most: as many as the slots hold, so that the
+        # acknowledgements keep up with the claims whatever the concurrency
+        self._ack_batch = max(ACK_BATCH, self.options.concurrency)
         self._acker = Acker(
             self.store,
             threaded=self.options.parallel_acks and self.store.parallel_writes,
@@ -385,8 +388,8 @@ class Worker(TurnsAhead):
             return self._claim(free)
         if self._in_flight() or (not self._failures and self._send_turn(free)):
             return self._read_turn()
-        done = self._completions[:ACK_BATCH]
-        failed = self._failures[:ACK_BATCH]
+        done = self._completions[: self._ack_batch]
+        failed = self._failures[: self._ack_batch]
         if not done and not failed:
             return self._claim(free) if free > 0 else 0
         if free <= 0:

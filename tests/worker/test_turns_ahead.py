@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from plunder.acker import ACK_BATCH
 from plunder.model import Claim
 from plunder.states import Outcome, Status
 from plunder.worker import Worker, WorkerOptions
@@ -100,6 +101,36 @@ def test_a_busy_worker_sends_turns_ahead_and_runs_each_job_once(store_url: str) 
         limits, behind = [s.limit for s in sends], [s.behind for s in sends]
         assert len(limits) >= 60 and max(limits) == 10
         assert max(behind) == 2 - 1 and behind.count(1) >= 1
+
+
+def test_each_turn_carries_every_result_waiting_with_more_slots_than_ack_batch(
+    store_url: str,
+) -> None:
+    """Acknowledgements keep up with claims at any concurrency: a turn takes every result
+    waiting (at most one per slot), not ACK_BATCH of them. Held to ACK_BATCH, a worker
+    with more slots claimed faster than it acknowledged, its finished jobs piled up as
+    running in the database, and its drain ran at a third of the speed."""
+    tasks.app.configure(url=store_url, heartbeat_interval=0.1, session_expiry=5.0)
+    worker = Worker(tasks.app, WorkerOptions(concurrency=ACK_BATCH * 2 + 50))
+    left: list[int] = []  # the results a turn left waiting as it went out
+
+    def watched(send: Any) -> Any:
+        def counted(done: Any, *args: Any, **kwargs: Any) -> Any:
+            left.append(len(worker._completions) - len(done))
+            return send(done, *args, **kwargs)
+
+        return counted
+
+    if worker._pipe is not None:
+        worker._pipe.send = watched(worker._pipe.send)  # type: ignore[method-assign]
+    store = worker.store
+    store.job_exchange_many = watched(store.job_exchange_many)  # type: ignore[method-assign]
+    try:
+        with running(worker):
+            drained(worker, 2_000)
+    finally:
+        del store.job_exchange_many  # the class's again
+    assert len(left) >= 4 and max(left) == 0
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)

@@ -515,6 +515,8 @@ class Worker(TurnsAhead):
         self._end(ended)
 
     def _end(self, ended: list[tuple[Handle, Outcome]]) -> None:
+        """The jobs of these outcomes no longer run (each unless ended already, by an
+        earlier outcome): their results or failures go out with the next turn."""
         with self._lock:
             running = self._running
             ended = [(h, o) for h, o in ended if running.get(h.job.id) is h]

@@ -152,9 +152,11 @@ class Worker(TurnsAhead):
         self._lock = threading.Lock()
         self._completions: list[Completion] = []
         self._failures: list[Failure] = []
-        # the results a turn carries at most: as many as the slots hold, so that the
-        # acknowledgements keep up with the claims whatever the concurrency
-        self._ack_batch = max(ACK_BATCH, self.options.concurrency)
+        # the results a turn carries at most, so that the acknowledgements keep up with
+        # the claims whatever the concurrency: between two turns sent, the jobs running or
+        # claimed at the first finish (one per slot), and those that finished just before
+        # it, recorded once it went out (see _read_turn; one per slot again)
+        self._ack_batch = max(ACK_BATCH, 2 * self.options.concurrency)
         self._acker = Acker(
             self.store,
             threaded=self.options.parallel_acks and self.store.parallel_writes,

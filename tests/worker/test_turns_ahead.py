@@ -107,7 +107,7 @@ def test_each_turn_carries_every_result_waiting_with_more_slots_than_ack_batch(
     store_url: str,
 ) -> None:
     """Acknowledgements keep up with claims at any concurrency: a turn takes every result
-    waiting (at most one per slot), not ACK_BATCH of them. Held to ACK_BATCH, a worker
+    waiting (at most two per slot), not ACK_BATCH of them. Held to ACK_BATCH, a worker
     with more slots claimed faster than it acknowledged, its finished jobs piled up as
     running in the database, and its drain ran at a third of the speed."""
     tasks.app.configure(url=store_url, heartbeat_interval=0.1, session_expiry=5.0)

@@ -28,7 +28,7 @@ from plunder.app import App, Job
 from plunder.lanes import Lanes
 from plunder.model import JobRecord, Run
 from plunder.store import Store, open_store
-from plunder.worker import Worker, WorkerOptions
+from plunder.worker import Worker, WorkerOptions, tune_gc
 
 F = TypeVar("F", bound=Callable[..., Any])
 out = Console(highlight=False)
@@ -271,6 +271,7 @@ def worker(
             parallel_acks=parallel_acks,
             turns_ahead=turns_ahead,
         )
+        tune_gc()
         (Lanes(app, options, lanes=lanes) if lanes > 1 else Worker(app, options)).run()
 
 

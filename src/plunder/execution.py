@@ -27,7 +27,7 @@ import multiprocessing.connection
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from plunder import errors, payload, policy
@@ -62,7 +62,7 @@ class Handle:
     future: asyncio.Task[Any] | None = None  # an async task's, on the runner's loop
     process: Any = None
     thread: threading.Thread | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    cancelled: Any = None  # a process-pool task's: the event its child watches
 
     def flush_stream(self) -> None:
         """Write the stream events and progress its task buffered (fenced by its claim);
@@ -502,7 +502,7 @@ class ProcessRunner:
             )
         args, kwargs = call_arguments(handle.task, handle.job, _Slot.CONTEXT)
         receive, send = self._mp.Pipe(duplex=False)
-        cancelled = handle.extra["cancelled"] = self._mp.Event()
+        cancelled = handle.cancelled = self._mp.Event()
         spec = _ChildJob(fn.__module__, fn.__qualname__, args, kwargs, handle.job)
         process = self._mp.Process(
             target=_child,
@@ -559,7 +559,7 @@ class ProcessRunner:
 
     def stop(self, handle: Handle, reason: str) -> None:
         handle.ctx.cancel(reason)
-        if "cancelled" in handle.extra:
-            handle.extra["cancelled"].set()
+        if handle.cancelled is not None:
+            handle.cancelled.set()
         if handle.process is not None and handle.process.is_alive():
             handle.process.terminate()

@@ -251,13 +251,13 @@ picked AS (
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(limit)s
 ),
+-- every job picked but the suspects, and the first suspect in claim order (picked holds
+-- none unless take_suspect): two scans of picked, not a sort and a window over it
 chosen AS (
-    SELECT p.id FROM (
-        SELECT id, losses, count(*) FILTER (WHERE losses >= %(suspect_losses)s)
-                               OVER (ORDER BY priority DESC, run_at, id) AS suspects
-        FROM picked
-    ) AS p
-    WHERE p.losses < %(suspect_losses)s OR p.suspects = 1
+    SELECT id FROM picked WHERE losses < %(suspect_losses)s
+    UNION ALL
+    (SELECT id FROM picked WHERE losses >= %(suspect_losses)s
+     ORDER BY priority DESC, run_at, id LIMIT 1)
 ),
 claimed AS (
     UPDATE plunder_jobs AS j

@@ -25,10 +25,11 @@ from rich.text import Text
 
 from plunder import config, errors, payload
 from plunder.app import App, Job
+from plunder.execution import tune_gc
 from plunder.lanes import Lanes
 from plunder.model import JobRecord, Run
 from plunder.store import Store, open_store
-from plunder.worker import Worker, WorkerOptions, tune_gc
+from plunder.worker import Worker, WorkerOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 out = Console(highlight=False)

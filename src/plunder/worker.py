@@ -24,7 +24,6 @@ would refuse them anyway), and a new session is opened.
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import os
 import queue
@@ -75,28 +74,6 @@ ACK_LINGER = 0.002  # seconds a turn may wait for more results to send with it
 RECONNECT_CAP = policy.RECONNECT_CAP
 MIN_WAIT = 0.05  # a due job we could not claim (locked, or left to other workers): look again
 BACKLOG = 4 * ACK_BATCH  # results handed to the acker and not yet written: claim no more
-
-
-# young objects the collector lets pile up before it looks at them (Python's default: 700)
-GC_YOUNG = 20_000
-
-
-def tune_gc() -> None:
-    """For a process that runs a worker, from its command line, once its modules are
-    imported. Each job makes a dozen short-lived objects (its record, context, handle,
-    outcome, completion), and at Python's default threshold the collector looks at the
-    young ones every 700 allocations: every few jobs, while a claim's hundred jobs are still
-    alive, so they are traversed again and again and promoted to older generations, whose
-    collections then walk every object of the process. Here the young generation is
-    collected every GC_YOUNG allocations, by which time most of those objects were freed by
-    their reference counts, and what was imported before the work began is moved out of
-    the collector's sight (``gc.freeze``): in two-process drains of no-op jobs the workers
-    spent 12.8 µs of CPU per job before and 10.0 after. Reference cycles are still
-    collected, a little later."""
-    gc.collect()
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG, older, oldest)
 
 
 @dataclass(frozen=True)

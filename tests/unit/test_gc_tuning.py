@@ -1,4 +1,4 @@
-"""The worker command's collector settings (plunder.worker.tune_gc)."""
+"""The worker command's collector settings (plunder.execution.tune_gc)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,15 @@ import gc
 import subprocess
 import sys
 
-from plunder.worker import GC_YOUNG, tune_gc
+import plunder
+from plunder.execution import GC_YOUNG, tune_gc
+
+app = plunder.App()  # loaded by the worker command below
+
+
+@app.task(name="tests.gc.noop")
+def noop() -> None:
+    return None
 
 
 def test_tune_gc_collects_the_young_generation_less_often_and_freezes_what_was_imported():
@@ -24,14 +32,14 @@ def test_tune_gc_collects_the_young_generation_less_often_and_freezes_what_was_i
 def test_a_cycle_made_after_tuning_is_still_collected():
     code = """
 import gc, weakref
-from plunder.worker import tune_gc
+from plunder.execution import GC_YOUNG, tune_gc
 tune_gc()
 class Node: pass
 a, b = Node(), Node()
 a.other, b.other = b, a
 gone = weakref.ref(a)
 del a, b
-kept = [[] for _ in range(3 * tune_gc.__globals__["GC_YOUNG"])]  # young collections happen
+kept = [[] for _ in range(3 * GC_YOUNG)]  # young collections happen meanwhile
 print(gone() is None)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -52,13 +60,3 @@ def test_the_worker_command_tunes_the_collector_before_it_runs(monkeypatch, tmp_
     )
     assert result.exit_code == 0, result.output
     assert called == [True, "run"]
-
-
-import plunder  # noqa: E402
-
-app = plunder.App()
-
-
-@app.task(name="tests.gc.noop")
-def noop() -> None:
-    return None

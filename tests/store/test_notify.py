@@ -11,6 +11,7 @@ import resource
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -190,3 +191,80 @@ def test_an_interrupt_ends_a_wait_for_the_listen_probe(store: Store) -> None:
         assert listener._probe is not None  # type: ignore[attr-defined]
     finally:
         listener.close()
+
+
+def _heard(conn: Any, seconds: float) -> list[tuple[str, str]]:
+    """What a plain LISTENing connection received within ``seconds``."""
+    return [(n.channel, n.payload) for n in conn.notifies(timeout=seconds, stop_after=None)]
+
+
+def test_nothing_is_notified_while_nobody_says_it_listens(store: Store, store_url: str) -> None:
+    """A notifying commit holds a database-wide lock until its WAL is flushed, so plunder
+    notifies on a channel only while a listening connection names it in
+    plunder_listeners: a connection that merely LISTENs hears nothing, and hears every
+    channel once a listener of plunder's names it."""
+    if not store.notifies:
+        pytest.skip("SQLite has no NOTIFY: waiters watch data_version")
+    plain = raw_connect(store_url)
+    plain.autocommit = True
+    for channel in EVERY:
+        plain.execute(f"LISTEN {channel}")
+    listener = None
+    try:
+        enqueue(store, JobSpec("t", [1]), JobSpec("t", [2]))
+        session = open_session(store)
+        first, second = claim(store, session, limit=2)
+        assert complete(store, first.claim)
+        assert _heard(plain, 0.5) == []
+
+        listener = store.notifications(listen=True, application_name="test:listen")
+        deadline = time.monotonic() + 10.0
+        while ("*", "") not in listener.wait(0.2):
+            assert time.monotonic() < deadline, "the listener never started listening"
+        (row,) = plain.execute(
+            "SELECT id, channels, expires_at > statement_timestamp() FROM plunder_listeners"
+        ).fetchall()
+        assert row[0].startswith("test:listen:") and sorted(row[1]) == sorted(EVERY) and row[2]
+        assert complete(store, second.claim)
+        enqueue(store, JobSpec("t", [3], queue="other"))
+        heard = _heard(plain, 0.5)
+        assert ("plunder_done", str(second.id)) in heard and ("plunder_enqueued", "other") in heard
+
+        # a row that expired (its process died without a word) counts for nothing
+        plain.execute("UPDATE plunder_listeners SET expires_at = statement_timestamp()")
+        enqueue(store, JobSpec("t", [4], queue="more"))
+        assert _heard(plain, 0.5) == []
+    finally:
+        if listener is not None:
+            listener.close()
+        plain.close()
+
+
+def test_a_listener_names_its_channels_while_it_lives_and_not_after(
+    store: Store, store_url: str, notes: Notifications, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The row says what the connection LISTENs on, its expiry moves on at the waits that
+    refresh it, and closing removes it (a listener that dies unannounced lapses instead)."""
+    from plunder.store import pgconn
+
+    plain = raw_connect(store_url)
+    plain.autocommit = True
+    read = "SELECT channels, expires_at FROM plunder_listeners WHERE id LIKE 'test:listen:%'"
+    try:
+        ((channels, first),) = plain.execute(read).fetchall()
+        assert sorted(channels) == sorted(EVERY)
+        monkeypatch.setattr(pgconn, "LISTENER_REFRESH", 0.0)  # from the next (re)naming on
+        assert notes.wait(0.0, ["plunder_enqueued"]) == []
+        ((channels, second),) = plain.execute(read).fetchall()
+        assert channels == ["plunder_enqueued"] and second > first
+        notes.wait(0.0, ["plunder_enqueued"])  # due: the same channels, a later expiry
+        ((channels, third),) = plain.execute(read).fetchall()
+        assert channels == ["plunder_enqueued"] and third > second
+        (ttl,) = plain.execute(
+            "SELECT extract(epoch FROM expires_at - statement_timestamp()) FROM plunder_listeners"
+        ).fetchone()
+        assert pgconn.LISTENER_TTL - 5 < float(ttl) <= pgconn.LISTENER_TTL
+        notes.close()
+        assert plain.execute(read).fetchall() == []
+    finally:
+        plain.close()

@@ -29,13 +29,10 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import select
-import socket
 import threading
-import time
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -54,6 +51,7 @@ from plunder.model import SUSPECT_LOSSES, AckResult, Completion, Exchange
 from plunder.store import pgturn, queries
 from plunder.store.deadlines import Deadlines
 from plunder.store.engine import Tx
+from plunder.store.pgconn import PgConnection, PgNotifications, call_deadline, socket_of
 from plunder.store.pgtx import PgTx
 from plunder.store.sqlbase import CLAIM_LEVELS, Claimed, SQLStore
 
@@ -62,32 +60,6 @@ RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected, pg_erro
 # what a server says when a pooler mixed up psycopg's prepared statements between clients
 PREPARED_MIXUP = (pg_errors.InvalidSqlStatementName, pg_errors.DuplicatePreparedStatement)
 PREPARE_THRESHOLD = 5  # runs of a statement on one connection before psycopg prepares it
-
-
-def _socket(conn: psycopg.Connection[Any]) -> int:
-    return int(conn.pgconn.socket)  # OperationalError once the connection is closed
-
-
-@contextmanager
-def _deadline(
-    deadlines: Deadlines, conn: psycopg.Connection[Any], timeout: float | None, url: str
-) -> Iterator[None]:
-    """Run the block as one call on ``conn`` that is cut after ``timeout`` seconds (never,
-    for None: only ``cut_all``); a cut call raises StoreBusy, which is retried on a fresh
-    connection like any lost connection."""
-    with deadlines.watch(conn, timeout) as call:
-        try:
-            yield
-        except (psycopg.Error, errors.StoreBusy) as exc:
-            if call.reason is None:
-                raise
-            raise errors.StoreBusy(f"{url}: {call.reason}; the connection was cut") from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    """libpq's messages go on with hints on further lines; a log line needs the first."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def redact(url: str) -> str:
@@ -122,278 +94,10 @@ UTC_NAMES = frozenset(
     ("UTC", "Etc/UTC", "UCT", "Etc/UCT", "Universal", "Etc/Universal", "Zulu", "Etc/Zulu")
 )
 RECONNECT_WINDOW = 5.0  # seconds the pool retries a lost connection before starting over
-CHANNELS = ("plunder_enqueued", "plunder_done", "plunder_stream")  # fixed names, never input
-PROBE_CHANNEL = "plunder_probe"
-
-
-class _Connection(psycopg.Connection[Any]):
-    """A connection that knows the settings its transactions must make themselves.
-
-    plunder's server settings (statement and idle-in-transaction timeouts) normally travel
-    in the ``options`` startup parameter, once per connection. A transaction pooler refuses
-    that parameter ("unsupported startup parameter: options", pgbouncer), and a
-    session-level SET would stay on a server connection the pooler then lends to another
-    client; there, each transaction makes them with ``set_config(name, value, true)`` (the
-    form of SET LOCAL), which ends with the transaction. Milliseconds by name, or None."""
-
-    per_transaction: dict[str, int] | None = None
 
 
 def _options(settings: dict[str, int]) -> str:
     return " ".join(f"-c {name}={value}" for name, value in settings.items())
-
-
-class PgNotifications:
-    """One dedicated connection: LISTENs on the channels its owner asks for, and lends
-    itself to the owner's light periodic calls (heartbeats) between waits.
-
-    Notifications are lost while the connection is down, so after every reconnect it
-    LISTENs first and then reports ``("*", "")``: "re-check everything once". A channel
-    listened on anew reports ``(channel, "*")``: whatever it said before is lost, so
-    everyone watching it re-checks once.
-
-    The channels are the owner's to choose because every notification costs each listener:
-    each worker's turn names the jobs it completed on ``plunder_done``, and a process that
-    listened there whether or not it waited for a result would receive (and its server
-    backend would send) the turns of every worker of the cluster.
-
-    Before LISTENing it checks that notifications reach this connection at all: a probe
-    NOTIFY is sent from a second, short-lived connection, and the waits that follow look
-    for it (a wait never lasts longer than asked, so the owner's heartbeats are not held
-    up). Behind a transaction pooler (pgbouncer) it never comes back: between
-    transactions this client holds no server connection, and a LISTEN would stay behind
-    on a server connection that the pooler lends to other clients, who would then receive
-    our notifications (psycopg keeps them, unread, for as long as the connection lives).
-    A probe sent from this same connection would come back whenever the pooler happened
-    to reuse that server connection. When the probe does not come back within
-    ``PROBE_TIMEOUT`` (or the database refuses LISTEN, as CockroachDB does), it stops
-    listening and says so; polling carries on alone.
-    """
-
-    PROBE_TIMEOUT = 1.0
-
-    def __init__(
-        self,
-        conninfo: str,
-        kwargs: dict[str, Any],
-        *,
-        listen: bool,
-        deadlines: Deadlines,
-        url: str,
-        per_transaction: dict[str, int] | None = None,
-    ) -> None:
-        self._conninfo = conninfo
-        self._kwargs = kwargs
-        self.listen = listen
-        self._per_transaction = per_transaction
-        self._conn: _Connection | None = None
-        self._fresh = False
-        self._deadlines = deadlines
-        self._url = url
-        self._down_since: float | None = None  # when reconnecting began to fail
-        self._probe: tuple[str, float] | None = None  # token, deadline (monotonic)
-        self._listening: frozenset[str] = frozenset()  # LISTENed on this connection
-        # interrupt() ends a wait from another thread: one byte on a socket it watches
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self._closed = False
-
-    @contextmanager
-    def connection_for(self, timeout: float | None) -> Iterator[psycopg.Connection[Any]]:
-        """The connection, for one call that must end within ``timeout`` seconds: past
-        that it is cut (the call raises StoreBusy) and the next use reconnects."""
-        conn = self.connection
-        with _deadline(self._deadlines, conn, timeout, self._url):
-            yield conn
-
-    @property
-    def connection(self) -> psycopg.Connection[Any]:
-        """The connection, reconnected (and re-LISTENed) if it was lost."""
-        if self._closed:
-            raise errors.StoreBusy("the listening connection was closed")
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            self._connect()
-        assert self._conn is not None
-        return self._conn
-
-    def _connect(self) -> None:
-        self._disconnect()
-        try:
-            conn = _Connection.connect(self._conninfo, **self._kwargs)
-        except psycopg.Error as exc:
-            reason = _first_line(exc)
-            # tried again at every wait and every heartbeat, so said once per outage: a
-            # database that is down for a minute must not fill the log
-            if self._down_since is None:
-                self._down_since = time.monotonic()
-                log.warning(
-                    "cannot open the listening connection (%s); trying again until it works",
-                    reason,
-                )
-            raise errors.StoreBusy(f"cannot open the listening connection: {reason}") from exc
-        if self._down_since is not None:
-            log.info(
-                "listening connection open again after %.1fs",
-                time.monotonic() - self._down_since,
-            )
-            self._down_since = None
-        conn.per_transaction = self._per_transaction
-        self._conn = conn
-        if not self.listen:
-            self._fresh = True
-            return
-        try:  # a peer that hangs right after connecting must not hang us here
-            with _deadline(self._deadlines, conn, self._kwargs["connect_timeout"], self._url):
-                conn.execute(f"LISTEN {PROBE_CHANNEL}")
-        except psycopg.Error as exc:
-            if conn.broken:
-                self._disconnect()
-                raise errors.StoreBusy(f"lost the listening connection: {exc}") from exc
-            self._stop_listening()  # the database refuses LISTEN itself
-            return
-        except errors.StoreBusy:
-            self._disconnect()
-            raise
-        token = secrets.token_hex(8)
-        try:
-            # a name of its own: it lives for a moment, beside the connection it probes
-            name = f"{self._kwargs.get('application_name', 'plunder')}:probe"[:63]
-            with psycopg.connect(
-                self._conninfo, **{**self._kwargs, "application_name": name}
-            ) as other:
-                other.execute("SELECT pg_notify(%s, %s)", (PROBE_CHANNEL, token))
-        except psycopg.Error as exc:  # tried again on the next reconnect
-            self._disconnect()
-            raise errors.StoreBusy(f"cannot probe LISTEN/NOTIFY: {exc}") from exc
-        self._probe = (token, time.monotonic() + self.PROBE_TIMEOUT)
-
-    def _await_probe(
-        self, conn: psycopg.Connection[Any], timeout: float, channels: frozenset[str]
-    ) -> None:
-        """Wait up to ``timeout`` for the probe (an interrupt ends the wait, and the next
-        one waits on): once it came back, LISTEN on ``channels``; once its time is up, poll
-        only."""
-        assert self._probe is not None
-        token, deadline = self._probe
-        self._sleep(min(timeout, deadline - time.monotonic()), conn)
-        if any(n.channel == PROBE_CHANNEL and n.payload == token for n in self._notified(conn)):
-            self._probe = None
-            conn.execute(f"UNLISTEN {PROBE_CHANNEL}")
-            self._relisten(conn, channels)
-            self._fresh = True
-        elif time.monotonic() >= deadline:
-            self._probe = None
-            conn.execute(f"UNLISTEN {PROBE_CHANNEL}")
-            self._stop_listening()
-
-    def _stop_listening(self) -> None:
-        log.warning(
-            "LISTEN/NOTIFY does not come back on this connection (a transaction-mode "
-            "pooler?); falling back to polling only"
-        )
-        self.listen = False
-        self._fresh = True
-
-    def wait(
-        self, timeout: float, channels: Collection[str] | None = None
-    ) -> list[tuple[str, str]]:
-        """Wait up to ``timeout`` seconds (less if interrupted), LISTENing on ``channels``
-        (None: all of plunder's); return the notifications that arrived."""
-        wanted = frozenset(CHANNELS if channels is None else channels)
-        if not wanted <= set(CHANNELS):
-            raise ValueError(f"not plunder's channels: {sorted(wanted - set(CHANNELS))}")
-        if self._closed:  # an owner's thread that outlived close(): no new connection
-            return []
-        try:
-            return self._wait(timeout, wanted)
-        except psycopg.Error as exc:
-            log.warning("listening connection lost (%s); reconnecting", str(exc).strip())
-            self._disconnect()
-            self._sleep(min(timeout, 0.5))
-            return []
-        except errors.StoreBusy as exc:  # _connect said so, once per outage
-            log.debug("%s", exc)
-            self._sleep(min(timeout, 0.5))
-            return []
-
-    def _wait(self, timeout: float, wanted: frozenset[str]) -> list[tuple[str, str]]:
-        conn = self.connection
-        if self._probe is not None:
-            self._await_probe(conn, timeout, wanted)
-        if self._fresh:
-            self._fresh = False
-            return [("*", "")]
-        if self._probe is not None:
-            return []
-        if not self.listen:
-            self._sleep(timeout)
-            return []
-        added = self._relisten(conn, wanted)
-        if added:
-            return [(channel, "*") for channel in added]
-        got = self._arrived(conn)  # including any that came during a periodic call
-        if not got and timeout > 0 and self._sleep(timeout, conn):
-            got = self._arrived(conn)
-        return got
-
-    def interrupt(self) -> None:
-        """End the wait in progress, or the next one, now (from any thread)."""
-        if self._closed:
-            return
-        # BlockingIOError: a full socket holds wake-ups enough, the next wait ends at once;
-        # OSError: closed meanwhile, and nothing waits any more
-        with suppress(OSError):
-            self._wake_w.send(b"\0")
-
-    def _relisten(self, conn: psycopg.Connection[Any], wanted: frozenset[str]) -> list[str]:
-        """LISTEN on what is wanted and UNLISTEN the rest; return the channels added."""
-        gone, added = sorted(self._listening - wanted), sorted(wanted - self._listening)
-        if gone or added:
-            with _deadline(self._deadlines, conn, self._kwargs["connect_timeout"], self._url):
-                for channel in gone:
-                    conn.execute(f"UNLISTEN {channel}")
-                for channel in added:
-                    conn.execute(f"LISTEN {channel}")
-            self._listening = wanted
-        return added
-
-    def _arrived(self, conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
-        return [(n.channel, n.payload) for n in self._notified(conn)]
-
-    @staticmethod
-    def _notified(conn: psycopg.Connection[Any]) -> list[psycopg.Notify]:
-        """The notifications that have arrived, without waiting for more."""
-        return list(conn.notifies(timeout=0.0))
-
-    def _sleep(self, timeout: float, conn: psycopg.Connection[Any] | None = None) -> bool:
-        """Until ``timeout`` passes, an interrupt() or (with ``conn``) something to read on
-        the connection; True in that last case."""
-        poller = select.poll()  # not select: descriptors past its limit (see _spoken_to)
-        wake = self._wake_r.fileno()
-        poller.register(wake, select.POLLIN)
-        fd = None if conn is None else _socket(conn)
-        if fd is not None:
-            poller.register(fd, select.POLLIN)
-        ready = {ready_fd for ready_fd, _ in poller.poll(max(0.0, timeout) * 1000)}
-        if wake in ready:
-            with suppress(BlockingIOError):  # until none is left
-                while self._wake_r.recv(4096):
-                    pass
-        return fd in ready
-
-    def _disconnect(self) -> None:
-        conn, self._conn = self._conn, None
-        self._probe = None
-        self._listening = frozenset()
-        if conn is not None:
-            conn.close()
-
-    def close(self) -> None:
-        self._closed = True
-        self._disconnect()
-        self._wake_r.close()
-        self._wake_w.close()
 
 
 class PostgresStore(SQLStore):
@@ -419,7 +123,7 @@ class PostgresStore(SQLStore):
         self.queries = {name: queries.compact(sql) for name, sql in self.queries.items()}
         self._call_timeout = call_timeout
         self._idle_timeout = idle_timeout
-        self._deadlines = Deadlines(_socket)
+        self._deadlines = Deadlines(socket_of)
         self._statement_timeout = statement_timeout
         self._tcp_user_timeout = tcp_user_timeout
         self.url = redact(url)
@@ -452,7 +156,7 @@ class PostgresStore(SQLStore):
                     # instead: the next call that needs a connection starts a fresh try at
                     # once, so tries stay a couple of seconds apart however long it lasts.
                     reconnect_timeout=RECONNECT_WINDOW,
-                    connection_class=_Connection,
+                    connection_class=PgConnection,
                     configure=self._configure,
                     name="plunder",
                     kwargs=self._pool_kwargs(),
@@ -490,6 +194,7 @@ class PostgresStore(SQLStore):
             listen=listen,
             deadlines=self._deadlines,
             url=self.url,
+            queries=self.queries,
             per_transaction=None if "options" in kwargs else settings or None,
         )
 
@@ -510,7 +215,7 @@ class PostgresStore(SQLStore):
         """Whether the server takes settings in the ``options`` startup parameter (sent once
         per connection, so they cost nothing per transaction). A transaction pooler refuses
         it ("unsupported startup parameter: options", pgbouncer); then the settings are made
-        inside each transaction instead (see ``_Connection``). Asked once, by connecting."""
+        inside each transaction instead (see ``PgConnection``). Asked once, by connecting."""
         if self._accepts_options is None:
             try:
                 kwargs = {**self._connection_kwargs(), "options": "-c statement_timeout=0"}
@@ -527,7 +232,7 @@ class PostgresStore(SQLStore):
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         """Each new pooled connection: the settings its transactions must make, if the
         server did not take them at startup."""
-        if isinstance(conn, _Connection):
+        if isinstance(conn, PgConnection):
             settings = self._settings(self._statement_timeout)
             conn.per_transaction = None if self._options_accepted() else settings or None
 
@@ -574,7 +279,7 @@ class PostgresStore(SQLStore):
     @staticmethod
     def _limit(tx: PgTx, conn: Any) -> None:
         """Make this transaction's settings, where the server refused them at startup."""
-        settings = conn.per_transaction if isinstance(conn, _Connection) else None
+        settings = conn.per_transaction if isinstance(conn, PgConnection) else None
         if settings:
             tx.one(
                 "settings_set",
@@ -587,11 +292,11 @@ class PostgresStore(SQLStore):
         # the deadline covers COMMIT, and ends before the connection goes back to the pool
         with (
             self._get_pool().connection() as conn,
-            _deadline(self._deadlines, conn, self._call_timeout, self.url),
+            call_deadline(self._deadlines, conn, self._call_timeout, self.url),
         ):
             conn.prepare_threshold = self._prepare_threshold()
             tx = PgTx(conn, self.queries)
-            per_transaction = isinstance(conn, _Connection) and conn.per_transaction
+            per_transaction = isinstance(conn, PgConnection) and conn.per_transaction
             if not (single and conn.autocommit) or per_transaction or _spoken_to(conn):
                 with conn.transaction():
                     self._limit(tx, conn)
@@ -611,7 +316,7 @@ class PostgresStore(SQLStore):
         they need), but ``calls_cut()`` ends it."""
         with (
             self._get_pool().connection() as conn,
-            _deadline(self._deadlines, conn, None, self.url),
+            call_deadline(self._deadlines, conn, None, self.url),
             conn.transaction(),
         ):
             # the user's statements are planned for their values, as on any connection
@@ -726,7 +431,7 @@ class PostgresStore(SQLStore):
             conn = self._get_pool().getconn()
         except PoolTimeout as exc:
             raise errors.StoreUnavailable(f"cannot connect to {self.url}: {exc}") from exc
-        if (isinstance(conn, _Connection) and conn.per_transaction) or not conn.autocommit:
+        if (isinstance(conn, PgConnection) and conn.per_transaction) or not conn.autocommit:
             self._get_pool().putconn(conn)
             return None
         conn.prepare_threshold = self._prepare_threshold()

@@ -81,6 +81,9 @@ woken AS (
     )
     FROM (SELECT string_agg(DISTINCT queue, ',') AS names FROM inserted) AS q
     WHERE names IS NOT NULL
+      AND EXISTS (SELECT 1 FROM plunder_listeners AS l
+                  WHERE 'plunder_enqueued' = ANY(l.channels)
+                    AND l.expires_at > statement_timestamp())
 )
 SELECT inserted.* FROM inserted LEFT JOIN woken ON true;
 
@@ -117,6 +120,9 @@ woken AS (
     )
     FROM (SELECT string_agg(DISTINCT queue, ',') AS names FROM inserted) AS q
     WHERE names IS NOT NULL
+      AND EXISTS (SELECT 1 FROM plunder_listeners AS l
+                  WHERE 'plunder_enqueued' = ANY(l.channels)
+                    AND l.expires_at > statement_timestamp())
 )
 SELECT inserted.* FROM inserted LEFT JOIN woken ON true;
 
@@ -290,10 +296,13 @@ claimed AS (
 -- one row of NULLs carries it.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 done AS (
-/* include: job_complete */
+/* include: job_complete_update */
 ),
 told AS (
-    SELECT pg_notify('plunder_done', string_agg(id::text, ',')) FROM done GROUP BY id / 300
+    SELECT pg_notify('plunder_done', string_agg(id::text, ',')) FROM done
+    WHERE EXISTS (SELECT FROM plunder_listeners
+                  WHERE 'plunder_done' = ANY(channels) AND expires_at > statement_timestamp())
+    GROUP BY id / 300
 ),
 /* include: job_claim_steps */
 SELECT (SELECT count(*) FROM done) AS acked, c.*
@@ -363,6 +372,11 @@ WHERE id = %(session_id)s
 -- is kept on the job (its worker, written by the claim, and its logs; see migration 0006):
 -- no history row is written.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+/* include: job_complete_update */;
+
+-- name: job_complete_update
+-- job_complete's UPDATE after its `clock` step (a fragment, never run alone): job_exchange
+-- runs it after the clock of the whole turn.
 UPDATE plunder_jobs AS j
 SET status = 'succeeded', result = u.result, finished_at = clock.now, deadline_at = NULL,
     run_logs = u.logs
@@ -396,7 +410,10 @@ WITH done AS (
 /* include: job_complete */
 ),
 told AS (
-    SELECT pg_notify('plunder_done', string_agg(id::text, ',')) FROM done GROUP BY id / 300
+    SELECT pg_notify('plunder_done', string_agg(id::text, ',')) FROM done
+    WHERE EXISTS (SELECT FROM plunder_listeners
+                  WHERE 'plunder_done' = ANY(channels) AND expires_at > statement_timestamp())
+    GROUP BY id / 300
 )
 SELECT done.id FROM done WHERE (SELECT count(*) FROM told) >= 0;
 
@@ -735,7 +752,31 @@ GROUP BY j.queue, clock.now;
 -- Wakes listeners when this transaction commits (never before, never if it rolls back).
 -- Channels are fixed names; queue names and job ids travel in the payload, never in the
 -- channel name. Payloads stay under PostgreSQL's 8000-byte limit (the store chunks them).
-SELECT pg_notify(%(channel)s, %(payload)s);
+-- Only while a listening connection names the channel in plunder_listeners (listener_set):
+-- PostgreSQL serializes the commits of notifying transactions, each holding a database-wide
+-- lock until its WAL is flushed, so a notification nobody hears is not free. The expiry is
+-- by the real clock of the database, never a `now` a caller passed. Every statement that
+-- notifies checks this way.
+SELECT pg_notify(%(channel)s, %(payload)s)
+WHERE EXISTS (SELECT 1 FROM plunder_listeners AS l
+              WHERE %(channel)s = ANY(l.channels) AND l.expires_at > statement_timestamp());
+
+-- name: listener_set
+-- A listening connection names its channels for %(ttl)s seconds, before it LISTENs on a new
+-- one and again while it lives; rows that expired (their connection gone without a word)
+-- are removed on the way.
+WITH expired AS (
+    DELETE FROM plunder_listeners
+    WHERE expires_at < statement_timestamp() AND id <> %(id)s
+)
+INSERT INTO plunder_listeners (id, channels, expires_at)
+VALUES (%(id)s, %(channels)s::text[],
+        statement_timestamp() + %(ttl)s::float8 * interval '1 second')
+ON CONFLICT (id) DO UPDATE SET channels = EXCLUDED.channels, expires_at = EXCLUDED.expires_at;
+
+-- name: listener_drop
+-- A listening connection that listens on nothing any more, or closes.
+DELETE FROM plunder_listeners WHERE id = %(id)s;
 
 -- name: job_next_due
 -- Seconds (by the database clock) until the earliest pending job this worker could run is

@@ -97,3 +97,11 @@ CREATE TABLE plunder_leases (
     acquired_at TIMESTAMPTZ NOT NULL,
     expires_at TIMESTAMPTZ NOT NULL
 );
+
+-- The connections LISTENing on plunder's channels: a statement notifies on a channel only
+-- while a row here names it and has not expired (see migration 9).
+CREATE TABLE plunder_listeners (
+    id TEXT PRIMARY KEY,
+    channels TEXT[] NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+);

@@ -260,6 +260,11 @@ WHERE plunder_jobs.id = b.column1 AND +plunder_jobs.attempt = b.column2
   AND +plunder_jobs.session_id = b.column3 AND +plunder_jobs.status = 'running'
   AND EXISTS (SELECT 1 FROM plunder_sessions AS s WHERE s.id = b.column3 AND s.expires_at > :now);
 
+-- name: job_complete_update
+-- PostgreSQL's UPDATE of job_complete (a fragment of its job_complete and job_exchange);
+-- the store never sends this; it exists so that both dialects name the same operations.
+SELECT :attempt, :claim_session, :job_id, :logs, :result WHERE 0;
+
 -- name: job_complete_notify
 -- As job_insert_notify: job_complete as it is, never sent.
 /* include: job_complete */;
@@ -531,6 +536,14 @@ GROUP BY queue;
 -- SQLite has no NOTIFY: other processes notice commits through PRAGMA data_version, so the
 -- store never sends this; it exists so that both dialects name the same operations.
 SELECT :channel AS channel, :payload AS payload WHERE 0;
+
+-- name: listener_set
+-- SQLite only names it, as notify: its waiters watch data_version, not channels.
+SELECT :id AS id, :channels AS channels, :ttl AS ttl WHERE 0;
+
+-- name: listener_drop
+-- SQLite only names it, as notify.
+SELECT :id AS id WHERE 0;
 
 -- name: job_next_due
 -- PostgreSQL's reading of when the next job is due, in one statement; SQLite reads it with

@@ -1,0 +1,3 @@
+-- plunder schema version 9: on PostgreSQL, notifications only while someone listens (a
+-- table of listening connections). SQLite has no NOTIFY: its waiters watch data_version,
+-- and its schema does not change.

@@ -167,7 +167,8 @@ def depth(p: Params) -> dict[str, Any]:
     """Drain ``jobs`` with one worker on top of ``deep`` pending jobs that it must not run:
     half wait in another queue and were enqueued first (so they come first in claim order,
     priority then run_at then id, and every claim has to get past them), half are in the
-    worker's own queue but due tomorrow. Statistics are fresh (ANALYZE) before the drain."""
+    worker's own queue but due tomorrow. Statistics are fresh (ANALYZE) and the fill is
+    checkpointed before the drain."""
     from plunder.model import JobSpec
 
     def fill(app: Any, probe: Probe) -> None:
@@ -179,6 +180,10 @@ def depth(p: Params) -> dict[str, Any]:
                     [JobSpec("bench.noop", [i], queue=queue, delay=delay) for i in range(size)]
                 )
         probe.conn.execute("ANALYZE")
+        # the fill's writes flushed now, not by a checkpoint that its WAL would start in
+        # the middle of the drain (every page first touched after it then goes to the WAL
+        # whole): the drain measures the claim, not where the checkpoints fall
+        probe.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)" if probe.path else "CHECKPOINT")
 
     return _drain(p, 1, before=fill) | {"deep": p.deep}
 

@@ -132,6 +132,7 @@ def _drain(p: Params, workers: int, deep: int = 0) -> dict[str, Any]:
             (later,),
         )
         conn.execute("ANALYZE raw_jobs")
+        conn.execute("CHECKPOINT")  # as plunder's depth fill: not in the middle of the drain
     low = conn.execute("SELECT coalesce(max(id), 0) FROM raw_jobs").fetchone()[0]  # type: ignore[index]
 
     def scalar(sql: str) -> Any:

@@ -18,13 +18,14 @@ delays work by at most that long and never loses it.
 The hub LISTENs only on the channels someone in its process watches: ``plunder_enqueued``
 while workers serve queues, ``plunder_done`` and ``plunder_stream`` while anyone waits for
 a result or follows a stream, and for LINGER seconds after the last one left (so a loop
-of waits does not LISTEN and UNLISTEN at every job). The database notifies on a channel only
-while some listening connection names it in ``plunder_listeners`` (the store's listening
-connection does so before it LISTENs), so a channel nobody hears costs no notifications. Every worker's turn names the jobs it
-completed on ``plunder_done``; a worker process that listened there would receive the
-turns of every other worker. A watch on a channel not yet listened on interrupts the wait
-in progress; once the LISTEN is in place, everyone watching the channel re-checks, so
-nothing that happened between their own check and the LISTEN goes unseen.
+of waits does not LISTEN and UNLISTEN at every job). The database notifies on a channel
+only while some listening connection names it in ``plunder_listeners`` (the store's
+listening connection does so before it LISTENs), so a channel nobody hears costs no
+notifications. Every worker's turn names the jobs it completed on ``plunder_done``; a
+worker process that listened there would receive the turns of every other worker. A
+watch on a channel not yet listened on interrupts the wait in progress; once the LISTEN is
+in place, everyone watching the channel re-checks, so nothing that happened between their
+own check and the LISTEN goes unseen.
 """
 
 from __future__ import annotations

@@ -80,9 +80,15 @@ def zombie(system: System, module: str = "plunder") -> tuple[str, int]:
         system.start(module=module, concurrency=4)
         system.wait_terminal(timeout=system.timing.r_worker + 10)
         time.sleep(max(0.0, 3 * system.timing.expiry - system.timing.r_worker))
-    system.wait(
-        lambda: len(zombie_ends(system, old)) == held, what="the resumed zombie tries to commit"
-    )
+    try:
+        system.wait(
+            lambda: len(zombie_ends(system, old)) == held,
+            what="the resumed zombie tries to commit",
+        )
+    except AssertionError as exc:  # what the zombie said and did, to tell why
+        events = [e for e in system.execs() if e["session"] == old]
+        tail = paused.output()[-4000:]
+        raise AssertionError(f"{exc}\nits events: {events}\nits output:\n{tail}") from exc
     return old, held
 
 

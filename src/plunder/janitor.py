@@ -4,7 +4,8 @@
  every janitor_interval:
    renew our lease (or acquire it when free or expired; the term grows at every new holder)
    └─ held? ── reap dead sessions ─▶ time out late jobs ─▶ prune old finished jobs
-               (hourly, or at every pass while a backlog is left)
+               (hourly, or at every pass while a backlog is left) ─▶ new statistics of
+               the jobs table once it has grown tenfold (PostgreSQL)
                each write in a transaction that first checks (lease, holder, term) in the
                database (pruning finds its jobs with a read before that transaction)
 ```
@@ -120,6 +121,7 @@ class Pass:
     reaped: SweepResult = field(default_factory=SweepResult)
     timed_out: SweepResult = field(default_factory=SweepResult)
     pruned: int = 0
+    analyzed: bool = False  # the jobs table's statistics taken anew (Store.job_stats_refresh)
 
 
 class Janitor:
@@ -177,6 +179,7 @@ class Janitor:
             reaped = self.reaper.run_once(self.store, lease, now)
             timed_out = self.timeouts.run_once(self.store, lease, now)
             pruned = self.pruner.run_once(self.store, lease, now)
+            analyzed = self.store.job_stats_refresh()
         except errors.StaleLease:
             log.warning("janitor lease term %d went stale mid-pass; writes refused", lease.term)
             self._drop()
@@ -191,7 +194,16 @@ class Janitor:
                 timed_out.count,
                 pruned,
             )
-        return Pass(held=True, term=lease.term, reaped=reaped, timed_out=timed_out, pruned=pruned)
+        if analyzed:
+            log.info("janitor: the jobs table grew tenfold since its statistics; analyzed it")
+        return Pass(
+            held=True,
+            term=lease.term,
+            reaped=reaped,
+            timed_out=timed_out,
+            pruned=pruned,
+            analyzed=analyzed,
+        )
 
     def run(self, stop: threading.Event) -> None:
         """Pass after pass until ``stop`` is set; database trouble is retried every

@@ -284,3 +284,46 @@ def test_a_prepared_claim_finds_its_jobs_by_key_on_a_deep_queue(
         probe.close()
     assert scanned_after - scanned == 0
     assert keys_after - keys <= 2 * (100 + 1)
+
+
+def test_a_claim_prepared_on_an_empty_table_finds_its_jobs_by_key_once_it_grew(
+    store: Store, store_url: str, backend: str
+) -> None:
+    """A connection keeps the generic plan it made when it prepared the claim. Made while
+    the table was empty, that plan reads the whole table on every claim (a worker that
+    waited on an empty queue then drained a burst at a sixth of its speed). Once the table
+    has grown tenfold, job_stats_refresh (a janitor's pass) takes new statistics and every
+    connection plans anew: the primary key probed about once per claimed job, no
+    sequential scan. On SQLite there is nothing to refresh."""
+    if backend != "postgres":
+        assert store.job_stats_refresh() is False
+        return
+    import psycopg
+
+    probe = psycopg.connect(store_url, autocommit=True)
+    claims = open_store(store_url, pool_size=1)  # one connection: the one that prepares
+    session = open_session(claims, queues=["mine"])
+
+    def take(limit: int) -> int:
+        return len(claim(claims, session, queues=["mine"], limit=limit))
+
+    def counters() -> tuple[int, int]:
+        return _counters(probe, lambda: take(1))
+
+    try:
+        assert sum(take(20) for _ in range(8)) == 0  # prepared, on an empty table
+        store.job_enqueue_ids([JobSpec("t", [i], queue="mine") for i in range(20_000)])
+        keys, scanned = counters()
+        assert sum(take(20) for _ in range(5)) == 100
+        keys_after, scanned_after = counters()
+        assert scanned_after - scanned >= 5 * 20_000, "the plan made on the empty table"
+        assert store.job_stats_refresh() is True
+        assert store.job_stats_refresh() is False  # its statistics see the table as it is
+        keys, scanned = counters()
+        assert sum(take(20) for _ in range(5)) == 100
+        keys_after, scanned_after = counters()
+    finally:
+        claims.close()
+        probe.close()
+    assert scanned_after - scanned == 0
+    assert keys_after - keys <= 2 * (100 + 1)

@@ -368,6 +368,8 @@ class Store(Protocol):
         self, lease: Lease, *, older_than: float, limit: int = 1000, now: Now = None
     ) -> int: ...
 
+    def job_stats_refresh(self) -> bool: ...
+
     # -- reads for people ----------------------------------------------------------------
     def job_list(
         self,

@@ -11,6 +11,13 @@ from plunder.states import Outcome
 from plunder.store import convert
 from plunder.store.engine import JOB_TIMEOUT, SESSION_LOST, Engine, Now, Row, Tx
 
+# the jobs table's statistics are taken anew once it has grown this many times over the
+# size they saw, counted from at least MIN_PAGES pages (PostgreSQL's own floor for a table
+# it knows nothing about): a tenfold growth is a handful of ANALYZEs on the way from an
+# empty table to a large one
+GROWTH = 10
+MIN_PAGES = 10
+
 
 class Maintenance(Engine):
     def lease_acquire(self, name: str, holder: str, ttl: float, *, now: Now = None) -> Lease | None:
@@ -167,3 +174,14 @@ class Maintenance(Engine):
             return len(tx.all("job_prune_many", ids=ids, older_than=retention, now=clock))
 
         return self._run(op)
+
+    def job_stats_refresh(self) -> bool:
+        """Take new statistics of the jobs table when it has grown tenfold since the last
+        were taken (at least to GROWTH * MIN_PAGES pages), so that every connection plans
+        its cached statements for the table as it is (see the job_table_pages query).
+        True: it did. Nothing to do on SQLite."""
+        row = self._run(lambda tx: tx.one("job_table_pages"), write=False)
+        if row is None or int(row["pages"]) <= GROWTH * max(int(row["seen"]), MIN_PAGES):
+            return False
+        self._run(lambda tx: tx.all("job_table_analyze"))
+        return True

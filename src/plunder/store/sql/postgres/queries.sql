@@ -814,3 +814,20 @@ SELECT NULL::timestamptz AS run_at WHERE false;
 -- name: job_next_due_rest
 -- SQLite only, as job_claim_level.
 SELECT NULL::timestamptz AS run_at WHERE false;
+
+-- name: job_table_pages
+-- How many pages plunder_jobs has now (`pages`) and had when its statistics were last
+-- taken (`seen`: ANALYZE or VACUUM). A connection keeps the plan it made for a prepared
+-- statement (its generic plan), made for the size the table had then: one made while the
+-- table was nearly empty reads the whole table where an index would find the rows, and
+-- a worker that waited on an empty queue before a burst then drained it at a sixth of
+-- its speed. New statistics make every connection plan its statements anew.
+SELECT c.relpages::bigint AS seen,
+       pg_relation_size(c.oid) / current_setting('block_size')::bigint AS pages
+FROM pg_class AS c
+WHERE c.oid = 'plunder_jobs'::regclass;
+
+-- name: job_table_analyze
+-- New statistics for plunder_jobs (see job_table_pages); skipped, not waited for, while
+-- another ANALYZE or a VACUUM holds the table.
+ANALYZE (SKIP_LOCKED) plunder_jobs;

@@ -829,5 +829,7 @@ WHERE c.oid = 'plunder_jobs'::regclass;
 
 -- name: job_table_analyze
 -- New statistics for plunder_jobs (see job_table_pages); skipped, not waited for, while
--- another ANALYZE or a VACUUM holds the table.
-ANALYZE (SKIP_LOCKED) plunder_jobs;
+-- another ANALYZE or a VACUUM holds the table. Its size (what the plans got wrong) and the
+-- columns that claims and the partial indexes choose by: 7 ms on 20,000 jobs where every
+-- column took 24-32 (autovacuum analyzes them all in its own time).
+ANALYZE (SKIP_LOCKED) plunder_jobs (queue, priority, status);

@@ -214,6 +214,38 @@ def _counters(
     return int(row[0]), int(row[1])
 
 
+def _prepared_claims(
+    store_url: str, probe: Any
+) -> tuple[Store, Callable[[int], int], Callable[[], tuple[int, int]]]:
+    """A store of one connection (the one that prepares) with a session on queue "mine":
+    the store, a claim of up to n jobs (how many it took), and the server's counters read
+    around one more claim (see _counters)."""
+    claims = open_store(store_url, pool_size=1)
+    session = open_session(claims, queues=["mine"])
+
+    def take(limit: int) -> int:
+        return len(claim(claims, session, queues=["mine"], limit=limit))
+
+    return claims, take, lambda: _counters(probe, lambda: take(1))
+
+
+def _five_claims(
+    take: Callable[[int], int], counters: Callable[[], tuple[int, int]]
+) -> tuple[int, int]:
+    """Index entries read and rows read by sequential scans around five claims of 20."""
+    keys, scanned = counters()
+    assert sum(take(20) for _ in range(5)) == 100
+    keys_after, scanned_after = counters()
+    return keys_after - keys, scanned_after - scanned
+
+
+def _found_by_key(take: Callable[[int], int], counters: Callable[[], tuple[int, int]]) -> None:
+    """Five claims of 20 probe the primary key about once per job and scan nothing."""
+    keys, scanned = _five_claims(take, counters)
+    assert scanned == 0
+    assert keys <= 2 * (100 + 1), keys
+
+
 def test_a_prepared_next_due_reads_a_few_entries_on_a_deep_queue(
     store_url: str, backend: str
 ) -> None:
@@ -265,25 +297,13 @@ def test_a_prepared_claim_finds_its_jobs_by_key_on_a_deep_queue(
         store.job_enqueue_ids([JobSpec("t", [i], queue=queue, delay=delay) for i in range(10_000)])
     probe = psycopg.connect(store_url, autocommit=True)
     probe.execute("ANALYZE plunder_jobs")
-    claims = open_store(store_url, pool_size=1)  # one connection: the one that prepares
-    session = open_session(claims, queues=["mine"])
-
-    def take(limit: int) -> int:
-        return len(claim(claims, session, queues=["mine"], limit=limit))
-
-    def counters() -> tuple[int, int]:
-        return _counters(probe, lambda: take(1))
-
+    claims, take, counters = _prepared_claims(store_url, probe)
     try:
         assert sum(take(20) for _ in range(8)) == 160  # prepared after five runs
-        keys, scanned = counters()
-        assert sum(take(20) for _ in range(5)) == 100
-        keys_after, scanned_after = counters()
+        _found_by_key(take, counters)
     finally:
         claims.close()
         probe.close()
-    assert scanned_after - scanned == 0
-    assert keys_after - keys <= 2 * (100 + 1)
 
 
 def test_a_claim_prepared_on_an_empty_table_finds_its_jobs_by_key_once_it_grew(
@@ -301,29 +321,14 @@ def test_a_claim_prepared_on_an_empty_table_finds_its_jobs_by_key_once_it_grew(
     import psycopg
 
     probe = psycopg.connect(store_url, autocommit=True)
-    claims = open_store(store_url, pool_size=1)  # one connection: the one that prepares
-    session = open_session(claims, queues=["mine"])
-
-    def take(limit: int) -> int:
-        return len(claim(claims, session, queues=["mine"], limit=limit))
-
-    def counters() -> tuple[int, int]:
-        return _counters(probe, lambda: take(1))
-
+    claims, take, counters = _prepared_claims(store_url, probe)
     try:
         assert sum(take(20) for _ in range(8)) == 0  # prepared, on an empty table
         store.job_enqueue_ids([JobSpec("t", [i], queue="mine") for i in range(20_000)])
-        keys, scanned = counters()
-        assert sum(take(20) for _ in range(5)) == 100
-        keys_after, scanned_after = counters()
-        assert scanned_after - scanned >= 5 * 20_000, "the plan made on the empty table"
+        assert _five_claims(take, counters)[1] >= 5 * 20_000, "the plan made on the empty table"
         assert store.job_stats_refresh() is True
         assert store.job_stats_refresh() is False  # its statistics see the table as it is
-        keys, scanned = counters()
-        assert sum(take(20) for _ in range(5)) == 100
-        keys_after, scanned_after = counters()
+        _found_by_key(take, counters)
     finally:
         claims.close()
         probe.close()
-    assert scanned_after - scanned == 0
-    assert keys_after - keys <= 2 * (100 + 1)

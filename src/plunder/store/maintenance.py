@@ -20,6 +20,8 @@ MIN_PAGES = 10
 
 
 class Maintenance(Engine):
+    _analyzed_at = 0  # pages of the jobs table at this store's last job_stats_refresh
+
     def lease_acquire(self, name: str, holder: str, ttl: float, *, now: Now = None) -> Lease | None:
         convert.positive("lease ttl", ttl)
         row = self._run(
@@ -181,7 +183,14 @@ class Maintenance(Engine):
         its cached statements for the table as it is (see the job_table_pages query).
         True: it did. Nothing to do on SQLite."""
         row = self._run(lambda tx: tx.one("job_table_pages"), write=False)
-        if row is None or int(row["pages"]) <= GROWTH * max(int(row["seen"]), MIN_PAGES):
+        if row is None:
+            return False
+        pages = int(row["pages"])
+        # the size this store last analyzed at counts too: an ANALYZE the server skipped
+        # (the table locked, or a role that does not own it: only a warning) is not tried
+        # again at every pass, only once the table has grown tenfold again
+        if pages <= GROWTH * max(int(row["seen"]), self._analyzed_at, MIN_PAGES):
             return False
         self._run(lambda tx: tx.all("job_table_analyze"))
+        self._analyzed_at = pages
         return True

@@ -332,3 +332,40 @@ def test_a_claim_prepared_on_an_empty_table_finds_its_jobs_by_key_once_it_grew(
     finally:
         claims.close()
         probe.close()
+
+
+def test_a_claim_steps_once_over_the_jobs_claimed_before_it(
+    store: Store, store_url: str, backend: str
+) -> None:
+    """The entries of jobs claimed since the last VACUUM stay at the head of their level in
+    plunder_jobs_claim, and while an older transaction is open (another worker's turn, a
+    long report) the server cannot even mark them dead: every claim reads them, one heap
+    look each. A prepared claim reads them once, to find the level's first job, and walks
+    the level from there: not a second time. Its generic plan walks plunder_jobs_claim, not
+    an index of every queue's pending jobs by run_at (the server's counters of the index)."""
+    if backend != "postgres":
+        pytest.skip("index entries of rows that are gone are PostgreSQL's (MVCC)")
+    import psycopg
+
+    store.job_enqueue_ids([JobSpec("t", [i], queue="other") for i in range(5_000)])
+    store.job_enqueue_ids([JobSpec("t", [i], queue="mine") for i in range(4_000)])
+    probe = psycopg.connect(store_url, autocommit=True)
+    probe.execute("ANALYZE plunder_jobs")
+    old = psycopg.connect(store_url)  # a snapshot older than every claim below
+    old.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    old.execute("SELECT count(*) FROM plunder_jobs").fetchone()
+    claims, take, _ = _prepared_claims(store_url, probe)
+    try:
+        assert sum(take(100) for _ in range(20)) == 2_000  # prepared, 2,000 claimed before
+        read, _ = _counters(probe, lambda: take(1), index="plunder_jobs_claim")
+        assert sum(take(20) for _ in range(5)) == 100
+        read_after, _ = _counters(probe, lambda: take(1), index="plunder_jobs_claim")
+    finally:
+        claims.close()
+        old.rollback()
+        old.close()
+        probe.close()
+    # five claims of 20 and the one that ended their transaction, each behind about 2,000
+    # entries of claimed jobs: once is 6 × ~2,050, twice would be 6 × ~4,100
+    entries = read_after - read
+    assert 6 * 2_000 <= entries <= 6 * 2_200, entries

@@ -186,17 +186,22 @@ SELECT * FROM claimed;
 -- name: job_claim_levels
 -- A fragment (never run alone) of job_claim_steps and job_next_due, inside a LATERAL join
 -- over the worker's queues (`q.name`): the recursive step `levels` lists the best `levels`
--- priority levels of one queue's pending jobs, best first, one index probe each.
+-- priority levels of one queue's pending jobs, best first, one index probe each, with the
+-- first of each level's jobs in claim order (`run_at`, `id`): what comes before it in
+-- plunder_jobs_claim this statement cannot see (claimed or finished since they were
+-- indexed: entries only VACUUM removes, which a queue drained without pause piles up at
+-- the head of each level), so the claim's walk of the level starts there instead of
+-- stepping over them again.
 levels AS (
-    (SELECT j.priority, 1 AS n FROM plunder_jobs AS j
+    (SELECT j.priority, j.run_at, j.id, 1 AS n FROM plunder_jobs AS j
      WHERE j.status = 'pending' AND j.queue = q.name
-     ORDER BY j.priority DESC LIMIT 1)
+     ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1)
     UNION ALL
-    SELECT lower.priority, l.n + 1 FROM levels AS l
+    SELECT lo.priority, lo.run_at, lo.id, l.n + 1 FROM levels AS l
     CROSS JOIN LATERAL (
-        SELECT j.priority FROM plunder_jobs AS j
+        SELECT j.priority, j.run_at, j.id FROM plunder_jobs AS j
         WHERE j.status = 'pending' AND j.queue = q.name AND j.priority < l.priority
-        ORDER BY j.priority DESC LIMIT 1) AS lower
+        ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) AS lo
     WHERE l.n < %(levels)s::integer
 )
 
@@ -205,7 +210,7 @@ levels AS (
 -- and of job_exchange (a fragment, never run alone). Its last step, `claimed`, holds the
 -- claimed rows.
 picked AS (
-    SELECT c.id, c.losses, c.priority, c.run_at FROM clock, unnest(%(queues)s::text[]) AS q(name)
+    SELECT c.* FROM clock, unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
         WITH RECURSIVE /* include: job_claim_levels */
         SELECT due.* FROM levels AS l
@@ -214,6 +219,8 @@ picked AS (
             WHERE j.status = 'pending'
               AND j.queue = q.name
               AND j.priority = l.priority
+              -- from the level's first job on (see job_claim_levels): an index bound
+              AND (j.run_at, j.id) >= (l.run_at, l.id)
               AND j.run_at <= clock.now
               AND j.task = ANY(%(tasks)s::text[])
               AND (j.losses < %(suspect_losses)s OR %(take_suspect)s)
@@ -281,11 +288,12 @@ claimed AS (
     -- rows the walk above returns: the statement is prepared with a generic plan, which
     -- cannot know LIMIT and would otherwise join the chosen ids to a scan of every job
     WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
-    -- the job's own columns, not the run kept on it once it succeeds (run_*)
-    RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.status, j.attempt,
-              j.max_attempts, j.timeout, j.backoff_base, j.backoff_cap, j.retry_on_timeout,
-              j.key, j.run_at, j.created_at, j.started_at, j.finished_at, j.deadline_at,
-              j.session_id, j.result, j.error, j.failed_sessions, j.losses
+    -- the job's own columns, not the run kept on it once it succeeds (run_*); unqualified,
+    -- as no other relation here has columns of those names (a shorter statement to send)
+    RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts,
+              timeout, backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
+              started_at, finished_at, deadline_at, session_id, result, error,
+              failed_sessions, losses
 )
 
 -- name: job_exchange

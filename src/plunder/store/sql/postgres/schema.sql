@@ -44,7 +44,6 @@ CREATE INDEX plunder_jobs_claim ON plunder_jobs (queue, priority DESC, run_at, i
     WHERE status = 'pending';
 COMMENT ON INDEX plunder_jobs_claim IS
     'claims: one queue, one priority level at a time, the jobs due now first';
-CREATE INDEX plunder_jobs_pending_run_at ON plunder_jobs (run_at) WHERE status = 'pending';
 CREATE INDEX plunder_jobs_running ON plunder_jobs (session_id) WHERE status = 'running';
 -- An idempotency key names at most one active job.
 CREATE UNIQUE INDEX plunder_jobs_key ON plunder_jobs (key)

@@ -1,0 +1,4 @@
+-- plunder schema version 10: on PostgreSQL, plunder_jobs_pending_run_at is dropped (its
+-- generic plans chose it over plunder_jobs_claim once claims bound run_at from below).
+-- SQLite's claims walk plunder_jobs_claim level by level from Python, and its schema does
+-- not change.

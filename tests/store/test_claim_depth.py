@@ -366,6 +366,6 @@ def test_a_claim_steps_once_over_the_jobs_claimed_before_it(
         old.close()
         probe.close()
     # five claims of 20 and the one that ended their transaction, each behind about 2,000
-    # entries of claimed jobs: once is 6 × ~2,050, twice would be 6 × ~4,100
+    # entries of claimed jobs: once is 6 x ~2,050, twice would be 6 x ~4,100
     entries = read_after - read
     assert 6 * 2_000 <= entries <= 6 * 2_200, entries

@@ -261,3 +261,41 @@ def test_a_cut_turn_takes_the_turn_after_it_along_and_close_returns_their_result
     send(pipe, session, [held.claim, other.claim], limit=1)  # sent again, on a fresh one
     answer = pipe.receive()
     assert set(answer.settle().accepted) == {held.claim, other.claim}
+
+
+def plan_of_turn(conn: psycopg.Connection[object]) -> str:
+    """The plan the connection keeps for the turn it prepared (its generic plan), as text."""
+    (name, types) = conn.execute(
+        "SELECT name, cardinality(parameter_types) FROM pg_prepared_statements"
+        " WHERE statement LIKE '%%plunder_done%%' AND statement LIKE '%%picked%%'"
+    ).fetchone() or (None, 0)
+    assert name is not None, "the turn was not prepared on its connection"
+    nulls = ", ".join(["NULL"] * int(types))
+    rows = conn.execute(f"EXPLAIN EXECUTE {name}({nulls})").fetchall()
+    return "\n".join(str(r[0]) for r in rows)
+
+
+def test_a_turn_planned_on_an_empty_table_finds_its_jobs_by_index_once_it_fills(
+    store: Store, pipe: TurnPipe
+) -> None:
+    """The turn is prepared at its first run on a connection, and that plan serves the
+    connection from then on: made while the jobs table was empty, it must still read the
+    table through its indexes, not scan it whole at every turn once it holds jobs. The
+    connection goes back to the pool with the server's own planner setting."""
+    session = open_session(store)
+    send(pipe, session, [])  # the queue is empty: the turn is planned for an empty table
+    assert pipe.receive().claimed == 0
+    store.job_enqueue_many([JobSpec("t", [i]) for i in range(2_000)])
+    send(pipe, session, [], limit=50)
+    answer = pipe.receive()
+    assert answer.claimed == 50
+    send(pipe, session, [j.claim for j in answer.jobs()], limit=50)
+    answer = pipe.receive()
+    assert len(answer.settle().accepted) == 50
+    conn = pipe._conn  # type: ignore[attr-defined]
+    assert conn is not None
+    pipe.close()
+    assert conn.execute("SHOW enable_seqscan").fetchone() == ("on",)
+    plan = plan_of_turn(conn)
+    assert "Index Scan using plunder_jobs_pkey on plunder_jobs" in plan, plan
+    assert "Seq Scan on plunder_jobs" not in plan, plan

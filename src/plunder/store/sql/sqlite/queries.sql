@@ -179,6 +179,15 @@ SELECT :levels, :limit, :queues, :session_id, :suspect_losses, :take_suspect, :t
 -- this; it exists so that both dialects name the same operations.
 SELECT :attempt, :claim_session, :job_id, :levels, :limit, :logs, :now, :queues, :result, :session_id, :suspect_losses, :take_suspect, :tasks WHERE 0;
 
+-- name: turn_plans_by_index
+-- PostgreSQL's planner setting for the turns it sends ahead; SQLite has none. The store
+-- never sends this; it exists so that both dialects name the same operations.
+SELECT 0 WHERE 0;
+
+-- name: turn_plans_reset
+-- As turn_plans_by_index: never sent.
+SELECT 0 WHERE 0;
+
 -- name: job_claim_many
 -- Claim the pending jobs :ids (chosen by job_claim_walk in this transaction, under the
 -- write lock) for a live session.

@@ -77,6 +77,7 @@ class PgConnection(psycopg.Connection[Any]):
     form of SET LOCAL), which ends with the transaction. Milliseconds by name, or None."""
 
     per_transaction: dict[str, int] | None = None
+    turn_planned = False  # a worker's turn is prepared here (see TurnPipe.send)
 
 
 class PgNotifications:

@@ -229,7 +229,6 @@ class TurnPipe:
         self._pipeline: psycopg.Pipeline | None = None
         self._mode: AbstractContextManager[psycopg.Pipeline] | None = None  # pipeline mode
         self._results: _Counted | None = None
-        self._by_index = False  # the connection plans by index (see turn_plans_by_index)
         self._flights: collections.deque[_Flight] = collections.deque()
         self._depth = MAX_IN_FLIGHT
         self._columns: list[str] | None = None  # of the answers (see _names)
@@ -309,15 +308,22 @@ class TurnPipe:
         watch = ExitStack()
         call = watch.enter_context(store._deadlines.watch(conn, store._call_timeout))
         try:
+            prepare = conn.prepare_threshold is not None
+            first = prepare and not getattr(conn, "turn_planned", True)
+            if first:  # its plan is made now: by the indexes (see turn_plans_by_index)
+                conn.execute(store.queries["turn_plans_by_index"])
             cursor = conn.cursor(row_factory=tuple_row)
             cursor.execute(
                 store.queries["job_exchange"],
                 {**params, "now": None},
                 binary=True,
-                # planned once, at the first turn on this connection (see _open), not after
-                # psycopg's few runs of planning it each time
-                prepare=True if conn.prepare_threshold is not None else None,
+                # planned at its first run on the connection, not after psycopg's few runs
+                # of planning it each time
+                prepare=True if prepare else None,
             )
+            if first:  # in the same transaction: a turn that fails undoes both
+                conn.execute(store.queries["turn_plans_reset"])
+                conn.turn_planned = True  # type: ignore[attr-defined]
             synced = _sync_now(pipeline, conn)
         except psycopg.Error as exc:
             watch.close()
@@ -411,12 +417,6 @@ class TurnPipe:
             return unread
         if flights or discard or conn.broken:
             conn.close()
-        elif self._by_index:  # sent with the Sync that ends pipeline mode below
-            try:
-                conn.execute(self._store.queries["turn_plans_reset"])
-            except psycopg.Error:
-                conn.close()
-        self._by_index = False
         if mode is not None:
             try:  # pipeline mode ends: at once with nothing in flight, or with an error
                 mode.__exit__(None, None, None)  # on a closed connection, caught here
@@ -440,9 +440,6 @@ class TurnPipe:
             self.close(discard=True)
             raise self._error(exc, None) from exc
         self._results = _count_results(self._pipeline)
-        if conn.prepare_threshold is not None:  # the turn is prepared here: planned by its
-            conn.execute(self._store.queries["turn_plans_by_index"])  # indexes (until close)
-            self._by_index = True
         return conn, self._pipeline
 
     def _error(self, exc: psycopg.Error, call: Call | None) -> Exception:

@@ -77,7 +77,8 @@ class PgConnection(psycopg.Connection[Any]):
     form of SET LOCAL), which ends with the transaction. Milliseconds by name, or None."""
 
     per_transaction: dict[str, int] | None = None
-    turn_planned = False  # a worker's turn is prepared here (see TurnPipe.send)
+    # the statements prepared here at a first run planned by their indexes (pgtx.INDEX_PLANNED)
+    index_planned: frozenset[str] = frozenset()
 
 
 class PgNotifications:

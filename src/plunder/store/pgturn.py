@@ -309,9 +309,10 @@ class TurnPipe:
         call = watch.enter_context(store._deadlines.watch(conn, store._call_timeout))
         try:
             prepare = conn.prepare_threshold is not None
-            first = prepare and not getattr(conn, "turn_planned", True)
-            if first:  # its plan is made now: by the indexes (see turn_plans_by_index)
-                conn.execute(store.queries["turn_plans_by_index"])
+            planned: frozenset[str] | None = getattr(conn, "index_planned", None)
+            first = prepare and planned is not None and "job_exchange" not in planned
+            if first:  # its plan is made now, by the indexes (see plans_by_index)
+                conn.execute(store.queries["plans_by_index"])
             cursor = conn.cursor(row_factory=tuple_row)
             cursor.execute(
                 store.queries["job_exchange"],
@@ -321,9 +322,9 @@ class TurnPipe:
                 # of planning it each time
                 prepare=True if prepare else None,
             )
-            if first:  # in the same transaction: a turn that fails undoes both
-                conn.execute(store.queries["turn_plans_reset"])
-                conn.turn_planned = True  # type: ignore[attr-defined]
+            if first and planned is not None:  # in the turn's transaction: if it fails,
+                conn.execute(store.queries["plans_reset"])  # so does the setting
+                conn.index_planned = planned | {"job_exchange"}  # type: ignore[attr-defined]
             synced = _sync_now(pipeline, conn)
         except psycopg.Error as exc:
             watch.close()

@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from psycopg import Connection
+from psycopg import Connection, Cursor
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 
 from plunder.store.engine import Row
@@ -17,6 +18,25 @@ from plunder.store.engine import Row
 # two dozen columns, of which five are timestamps, cost the client less read as binary
 # than parsed from text (the same Python values either way).
 BINARY_RESULTS = frozenset({"job_claim_many", "job_exchange"})
+# Statements a worker repeats at every batch: prepared at their first run on a pooled
+# connection, and planned then by their indexes, whatever the statistics of the jobs table
+# say at that moment (see the plans_by_index query).
+INDEX_PLANNED = frozenset(
+    {
+        "job_claim_many",
+        "job_exchange",
+        "job_complete",
+        "job_complete_notify",
+        "job_fail",
+        "job_release",
+        "run_close",
+        "run_mark_stale",
+        "job_claim_state",
+        "job_check_claim",
+        "job_result_set",
+        "session_running",
+    }
+)
 
 
 def array_literal(values: list[Any]) -> str:
@@ -72,9 +92,28 @@ class PgTx:
             raise ValueError("now must be a timezone-aware datetime")
         return now
 
+    def _execute(
+        self, cur: Cursor[Any], name: str, params: Mapping[str, Any], *, binary: bool = False
+    ) -> None:
+        conn = self.conn
+        planned: frozenset[str] | None = getattr(conn, "index_planned", None)
+        if name not in INDEX_PLANNED or planned is None or conn.prepare_threshold is None:
+            cur.execute(self._sql[name], params, binary=binary)
+            return
+        if name in planned:
+            cur.execute(self._sql[name], params, binary=binary, prepare=True)
+            return
+        conn.execute(self._sql["plans_by_index"])
+        try:
+            cur.execute(self._sql[name], params, binary=binary, prepare=True)
+        finally:  # a transaction that failed undoes the setting as it rolls back
+            if not conn.broken and conn.info.transaction_status != TransactionStatus.INERROR:
+                conn.execute(self._sql["plans_reset"])
+        conn.index_planned = planned | {name}  # type: ignore[attr-defined]
+
     def all(self, name: str, /, **params: Any) -> list[Row]:
         with self.conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(self._sql[name], params)
+            self._execute(cur, name, params)
             if cur.description is None:
                 return []
             return list(cur.fetchall())
@@ -85,7 +124,7 @@ class PgTx:
 
     def table(self, name: str, /, **params: Any) -> tuple[list[str], list[Sequence[Any]]]:
         with self.conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(self._sql[name], params, binary=name in BINARY_RESULTS)
+            self._execute(cur, name, params, binary=name in BINARY_RESULTS)
             description = cur.description  # built anew at each call: 20 µs for a job's columns
             if description is None:
                 return [], []
@@ -108,7 +147,7 @@ class PgTx:
             return 0
         columns = array_columns(rows)
         with self.conn.cursor() as cur:
-            cur.execute(self._sql[name], {**columns, **common})
+            self._execute(cur, name, {**columns, **common})
             return int(cur.rowcount)
 
     def columns_count(
@@ -116,7 +155,7 @@ class PgTx:
     ) -> int:
         arrays = {key: array_literal(list(values)) for key, values in columns.items()}
         with self.conn.cursor() as cur:
-            cur.execute(self._sql[name], {**arrays, **common})
+            self._execute(cur, name, {**arrays, **common})
             return int(cur.rowcount)
 
     def script(self, sql: str) -> None:

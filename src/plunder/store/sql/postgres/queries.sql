@@ -316,23 +316,24 @@ told AS (
 SELECT (SELECT count(*) FROM done) AS acked, c.*
 FROM (SELECT count(*) FROM told) AS t LEFT JOIN claimed AS c ON true;
 
--- name: turn_plans_by_index
--- Sent just before the first turn on a pooled connection (TurnPipe.send), with
--- turn_plans_reset just after it, all three in one transaction. That turn prepares the
--- statement, and the plan made then (a generic plan, see PostgresStore._pool_kwargs)
--- serves every later turn on the connection, until new statistics of the jobs table make
--- the server plan it again. Made while the statistics said the table was nearly empty, it
--- read the whole table at every turn to find the jobs it acknowledged (a sequential scan
--- costs next to nothing on an empty table) and kept doing so as the table filled: 14 ms a
--- turn on 20,000 jobs, 35 on 60,000, against 2.5-3 for the turn planned by its indexes.
--- With sequential scans off the planner takes an index wherever one serves, and every
--- step of the turn has one. (A plan made again later is made for the statistics of then;
--- the janitor takes new ones as the table grows, see job_table_pages.)
+-- name: plans_by_index
+-- Sent just before the first run on a pooled connection of a statement a worker repeats
+-- (a turn, a claim, an acknowledgement: pgtx.INDEX_PLANNED), with plans_reset just after
+-- it, in the same transaction where there is one. That run prepares the statement, and the
+-- plan made then (a generic plan, see PostgresStore._pool_kwargs) serves every later run
+-- on the connection, until new statistics of the jobs table make the server plan it again.
+-- Made while the statistics said the table was nearly empty, a turn's plan read the whole
+-- table at every turn to find the jobs it acknowledged (a sequential scan costs next to
+-- nothing on an empty table) and kept doing so as the table filled: 14 ms a turn on 20,000
+-- jobs, 35 on 60,000, against 2.5-3 planned by its indexes. With sequential scans off the
+-- planner takes an index wherever one serves, and these statements have one for every
+-- step. (A plan made again later is made for the statistics of then; the janitor takes
+-- new ones as the table grows, see job_table_pages.)
 SET enable_seqscan = off;
 
--- name: turn_plans_reset
--- The connection's own setting again, once the turn's plan is made (see
--- turn_plans_by_index): whatever else runs there is planned as the server would.
+-- name: plans_reset
+-- The connection's own setting again, once the statement's plan is made (see
+-- plans_by_index): whatever else runs there is planned as the server would.
 RESET enable_seqscan;
 
 -- name: run_close

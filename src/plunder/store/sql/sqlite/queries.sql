@@ -179,13 +179,14 @@ SELECT :levels, :limit, :queues, :session_id, :suspect_losses, :take_suspect, :t
 -- this; it exists so that both dialects name the same operations.
 SELECT :attempt, :claim_session, :job_id, :levels, :limit, :logs, :now, :queues, :result, :session_id, :suspect_losses, :take_suspect, :tasks WHERE 0;
 
--- name: turn_plans_by_index
--- PostgreSQL's planner setting for the turns it sends ahead; SQLite has none. The store
+-- name: plans_by_index
+-- PostgreSQL's planner setting for the first run of a statement a worker repeats (SQLite
+-- plans each statement as it prepares it, with the statistics of the moment). The store
 -- never sends this; it exists so that both dialects name the same operations.
 SELECT 0 WHERE 0;
 
--- name: turn_plans_reset
--- As turn_plans_by_index: never sent.
+-- name: plans_reset
+-- As plans_by_index: never sent.
 SELECT 0 WHERE 0;
 
 -- name: job_claim_many

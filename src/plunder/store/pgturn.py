@@ -52,7 +52,7 @@ from plunder import errors
 from plunder.model import SUSPECT_LOSSES, AckResult, Completion, JobRecord
 from plunder.store import convert
 from plunder.store.deadlines import Call
-from plunder.store.pgtx import array_literal
+from plunder.store.pgtx import array_literal, plan_once
 from plunder.store.sqlbase import CLAIM_LEVELS, Claimed
 
 if TYPE_CHECKING:
@@ -308,22 +308,16 @@ class TurnPipe:
         watch = ExitStack()
         call = watch.enter_context(store._deadlines.watch(conn, store._call_timeout))
         try:
-            prepare = conn.prepare_threshold is not None
-            planned: frozenset[str] | None = getattr(conn, "index_planned", None)
-            first = prepare and planned is not None and "job_exchange" not in planned
-            if first:  # its plan is made now, by the indexes (see plans_by_index)
+            # planned at its first run on the connection, by the indexes (plan_once)
+            prepare, planned = plan_once(conn, "job_exchange")
+            if planned is not None:
                 conn.execute(store.queries["plans_by_index"])
             cursor = conn.cursor(row_factory=tuple_row)
             cursor.execute(
-                store.queries["job_exchange"],
-                {**params, "now": None},
-                binary=True,
-                # planned at its first run on the connection, not after psycopg's few runs
-                # of planning it each time
-                prepare=True if prepare else None,
+                store.queries["job_exchange"], {**params, "now": None}, binary=True, prepare=prepare
             )
-            if first and planned is not None:  # in the turn's transaction: if it fails,
-                conn.execute(store.queries["plans_reset"])  # so does the setting
+            if planned is not None:  # in the turn's transaction: if it fails, so does the
+                conn.execute(store.queries["plans_reset"])  # setting
                 conn.index_planned = planned | {"job_exchange"}  # type: ignore[attr-defined]
             synced = _sync_now(pipeline, conn)
         except psycopg.Error as exc:

@@ -39,6 +39,19 @@ INDEX_PLANNED = frozenset(
 )
 
 
+def plan_once(conn: Connection[Any], name: str) -> tuple[bool | None, frozenset[str] | None]:
+    """How statement ``name`` runs on ``conn``: psycopg's ``prepare`` argument (True for
+    those of INDEX_PLANNED on a connection that prepares, None otherwise: psycopg's own
+    threshold), and, when this run prepares it there for the first time, the statements
+    planned by their indexes on the connection so far (None otherwise). The caller of a
+    first run sends plans_by_index before it and plans_reset after it, and then records
+    ``name`` in ``conn.index_planned``."""
+    planned: frozenset[str] | None = getattr(conn, "index_planned", None)
+    if name not in INDEX_PLANNED or planned is None or conn.prepare_threshold is None:
+        return None, None
+    return True, None if name in planned else planned
+
+
 def array_literal(values: list[Any]) -> str:
     """A PostgreSQL array literal of ``values`` (str, int, float, bool or None). The batch
     queries cast each column parameter (``%(job_id)s::bigint[]``), so the text goes in as
@@ -96,12 +109,9 @@ class PgTx:
         self, cur: Cursor[Any], name: str, params: Mapping[str, Any], *, binary: bool = False
     ) -> None:
         conn = self.conn
-        planned: frozenset[str] | None = getattr(conn, "index_planned", None)
-        if name not in INDEX_PLANNED or planned is None or conn.prepare_threshold is None:
-            cur.execute(self._sql[name], params, binary=binary)
-            return
-        if name in planned:
-            cur.execute(self._sql[name], params, binary=binary, prepare=True)
+        prepare, planned = plan_once(conn, name)
+        if planned is None:
+            cur.execute(self._sql[name], params, binary=binary, prepare=prepare)
             return
         conn.execute(self._sql["plans_by_index"])
         try:

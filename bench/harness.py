@@ -86,7 +86,8 @@ class System:
     extra: tuple[tuple[str, Any], ...] = ()  # added to each run's Params.extra
 
 
-LANES = "-c 200 --lanes 2"
+LANES = "-c 300 --lanes 2"
+PARALLEL = "-c 200 --parallel-acks"
 SERIAL = "-c 100 --no-turns-ahead"
 SYSTEMS = {
     s.name: s
@@ -97,7 +98,8 @@ SYSTEMS = {
             False,
             PG_SCENARIOS,
             "production defaults (fencing, run history, wake-ups, session expiry 5 s, "
-            "janitor 1 s); worker `-c 200` (turns sent ahead, each claiming up to 100)",
+            "janitor 1 s); worker `-c 300` (turns sent ahead, each claiming up to 100, a "
+            "third of the slots)",
         ),
         System(
             "plunder_pg_serial",
@@ -114,18 +116,20 @@ SYSTEMS = {
             "pg",
             False,
             {k: v for k, v in PG_SCENARIOS.items() if k in ("2", "3")},
-            "as plunder_pg, with `--parallel-acks`: acknowledgements on a connection of "
-            "their own while the next jobs are claimed (3 connections per worker instead of 2)",
-            extra=(("worker_args", ["--parallel-acks"]),),
+            "as plunder_pg, with `-c 200 --parallel-acks`: acknowledgements on a connection "
+            "of their own while the next jobs are claimed (3 connections per worker instead "
+            "of 2), each claim taking up to the free slots",
+            extra=(("worker_args", PARALLEL.split()),),
         ),
         System(
             "plunder_pg_lanes",
             "pg",
             False,
             {k: v for k, v in PG_SCENARIOS.items() if k in ("2", "3")},
-            "as plunder_pg, with `-c 200 --lanes 2`: each worker process runs two lanes of "
-            "100 slots, each with its own session and connection, so that one lane's turn is "
-            "at the database while the other's jobs run (2 connections per worker for work)",
+            "as plunder_pg, with `-c 300 --lanes 2`: each worker process runs two lanes of "
+            "150 slots (turns of up to 50), each with its own session and connection, so that "
+            "one lane's turn is at the database while the other's jobs run (2 connections per "
+            "worker for work)",
             extra=(("worker_args", LANES.split()),),
         ),
         System(

@@ -4,8 +4,8 @@ fencing, run history and wake-ups on, sessions expire after 5 s, the janitor run
 Workers are the real command line: ``python -m plunder --db URL worker -A bench.tasks:app
 -c CONCURRENCY``. For no-op jobs a user wants claims of about 100. On SQLite a worker claims
 as many jobs as it has free slots, so ``-c 100``; on PostgreSQL a busy worker sends its next
-turn while it starts the jobs of the last (turns sent ahead, on by default), each turn
-claiming up to half the slots, so ``-c 200``.
+turns while it runs the jobs of the last (turns sent ahead, on by default), each turn
+claiming up to a third of the slots, so ``-c 300``.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from bench.common import (
     wait_until,
 )
 
-CONCURRENCY = {"pg": 200, "sqlite": 100}
+CONCURRENCY = {"pg": 300, "sqlite": 100}
 SETTINGS = {
-    "worker": "python -m plunder worker -A bench.tasks:app -c 200 (PostgreSQL), -c 100 (SQLite)"
+    "worker": "python -m plunder worker -A bench.tasks:app -c 300 (PostgreSQL), -c 100 (SQLite)"
 }
 
 

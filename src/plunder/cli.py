@@ -228,7 +228,8 @@ def interval_options(fn: F) -> F:
     show_default=True,
     help="PostgreSQL: a busy worker sends its next turn (results and claim) while it starts "
     "the jobs of the last, on a connection it holds while busy (3 connections per worker "
-    "instead of 2; turns claim up to half the slots, so -c 200 claims batches of 100).",
+    "instead of 2; turns claim up to a third of the slots, so -c 300 claims batches of "
+    "100).",
 )
 @click.option(
     "--lanes",
@@ -237,7 +238,7 @@ def interval_options(fn: F) -> F:
     show_default=True,
     help="Split the slots among this many claim loops, each with its own session and "
     "connection, so that one's turn is at the database while another's jobs run "
-    "(faster on short jobs; -c 200 --lanes 2 is two lanes of 100 slots).",
+    "(faster on short jobs; -c 300 --lanes 2 is two lanes of 150 slots).",
 )
 @interval_options
 @pass_state

@@ -1,18 +1,22 @@
 """A worker's turns sent ahead (PostgreSQL): the part of the worker's loop that keeps its
-turns going on the store's TurnPipe (see plunder.store.pgturn), up to two in flight.
+turns going on the store's TurnPipe (see plunder.store.pgturn), up to three in flight.
 
 ```
- worker:    read N ─ start N's jobs ─ their outcomes ─ send N+2 ─ read N+1 ─ start … ─ send N+3
- database:  ……… runs N+1 ……………………………………………………………………… runs N+2 (queued already) …………… runs N+3
+ worker:    read N ─ start N's jobs ─ their outcomes ─ send N+3 ─ read N+1 ─ start … ─ send N+4
+ database:  … runs N+1 …………………………………… runs N+2 (queued already) ……………………… runs N+3 (queued) …
 ```
 
 While the turns come back full, the worker sends the next one before it waits for the
 oldest in flight, as soon as the outcomes of the jobs it started leave slots for a full
 claim: the database then has it queued when it finishes the one before, and goes from
 turn to turn without waiting for the worker in between. A turn comes back committed; its
-jobs start only then. A turn claims at most half the slots, less what the turns in flight
-may claim, so that the jobs running and the claims on their way never exceed the slots.
-A turn that fails — and with it the one after it, on the same connection — has its
+jobs start only then. A turn claims at most a third of the slots (a share: one for each turn
+the pipe may have in flight), less what the turns in flight may claim, so that the jobs
+running and the claims on their way never exceed the slots. With three shares the database
+has two turns of this worker's to run while the worker runs one share's jobs; with two
+shares it had one, and ran dry whenever the worker, sharing the machine's cores with it,
+was slow to finish them and send the next (two processes drained 5 % fewer jobs a second).
+A turn that fails — and with it those after it, on the same connection — has its
 results sent again (an acknowledgement that committed already is accepted again); claims
 that did commit are given back once the heartbeat reports them (see plunder.liveness).
 """
@@ -35,6 +39,12 @@ from plunder.store.base import TurnPipe
 log = logging.getLogger("plunder.worker")
 AHEAD_LINGER = 0.002  # seconds the next turn may wait for outcomes to free its slots
 AHEAD_POLL = 0.0005  # seconds between looks at the answer, while outcomes are awaited
+
+
+def share(slots: int, pipe: TurnPipe) -> int:
+    """The most a turn claims: the slots shared out among the turns the pipe may have in
+    flight (halves where it carries one turn at a time: one in flight, one running)."""
+    return max(1, slots // max(2, pipe.depth))
 
 
 class _Worker(Protocol):
@@ -77,14 +87,13 @@ class TurnsAhead:
         return self._pipe is not None and self._pipe.in_flight > 0
 
     def _send_turn(self: _Worker, free: int, *, suspects: bool = True) -> bool:
-        """Send a turn on the pipe: the results so far and a claim of up to half the slots
-        (the next turn is on its way while this one's jobs run) that the turns in flight
-        do not claim already; a suspect only if ``suspects`` and none of those may bring
+        """Send a turn on the pipe: the results so far and a claim of up to a share of the
+        slots (see share) that the turns in flight do not claim already; a suspect only if ``suspects`` and none of those may bring
         one. False: none sent; the turn is made the ordinary way."""
         pipe = self._pipe
         if pipe is None or self._stop.is_set() or self.session is None:
             return False
-        limit = min(free - pipe.claiming, max(1, self.options.concurrency // 2))
+        limit = min(free - pipe.claiming, share(self.options.concurrency, pipe))
         if limit <= 0:
             return False
         done = self._completions[: self._ack_batch]
@@ -122,7 +131,7 @@ class TurnsAhead:
         if self._stop.is_set() or self._failures:  # those go the ordinary way, once no
             return  # turn is in flight
         slots = self.options.concurrency
-        full = max(1, slots // 2)
+        full = share(slots, pipe)
         deadline = time.monotonic() + AHEAD_LINGER
         self._collect(block=False)
         while slots - len(self._running) - pipe.claiming < full:

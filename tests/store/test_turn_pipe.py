@@ -168,17 +168,19 @@ def test_closing_with_a_turn_in_flight_gives_the_connection_back(
     assert pipe.receive().claimed == 1  # the turn never read claimed one or none
 
 
-def test_up_to_two_turns_at_a_time_and_only_plain_completions(store: Store, pipe: TurnPipe) -> None:
+def test_up_to_three_turns_at_a_time_and_only_plain_completions(
+    store: Store, pipe: TurnPipe
+) -> None:
     session = open_session(store)
     with pytest.raises(RuntimeError, match="no turn is in flight"):
         pipe.receive()
-    assert pipe.depth == 2
-    send(pipe, session, [])
-    send(pipe, session, [])
-    with pytest.raises(RuntimeError, match="2 turns are in flight already"):
+    assert pipe.depth == 3
+    for _ in range(3):
         send(pipe, session, [])
-    pipe.receive()
-    pipe.receive()
+    with pytest.raises(RuntimeError, match="3 turns are in flight already"):
+        send(pipe, session, [])
+    for _ in range(3):
+        pipe.receive()
     with pytest.raises(ValueError, match="claim limit"):
         send(pipe, session, [], limit=0)
     effects = Completion(Claim(1, 1, session.id), None, effects=lambda conn: None)
@@ -190,27 +192,33 @@ def test_up_to_two_turns_at_a_time_and_only_plain_completions(store: Store, pipe
     assert pipe.in_flight == 0
 
 
-def test_two_turns_in_flight_commit_in_order_and_are_read_one_at_a_time(
+def test_three_turns_in_flight_commit_in_order_and_are_read_one_at_a_time(
     store: Store, store_url: str, pipe: TurnPipe
 ) -> None:
-    store.job_enqueue_many([JobSpec("t", [i]) for i in range(6)])
+    store.job_enqueue_many([JobSpec("t", [i]) for i in range(7)])
     session = open_session(store)
     send(pipe, session, [], limit=2)
     first_sent = pipe.sent_at
     send(pipe, session, [], limit=3)
-    assert pipe.in_flight == 2 and pipe.claiming == 5 and pipe.sent_at == first_sent
+    send(pipe, session, [], limit=1)
+    assert pipe.in_flight == 3 and pipe.claiming == 6 and pipe.sent_at == first_sent
     deadline = time.monotonic() + 10
-    while running(store_url) < 5:  # both committed, neither read
+    while running(store_url) < 6:  # all committed, none read
         assert time.monotonic() < deadline, "the turns did not commit before they were read"
         time.sleep(0.01)
     assert pipe.answered()
     first = pipe.receive()
-    assert (first.claimed, first.limit) == (2, 2) and pipe.in_flight == 1
+    assert (first.claimed, first.limit) == (2, 2) and pipe.in_flight == 2
     assert pipe.sent_at is not None and pipe.sent_at > first_sent
+    second_sent = pipe.sent_at
     second = pipe.receive()
-    assert (second.claimed, second.limit) == (3, 3) and pipe.in_flight == 0
+    assert (second.claimed, second.limit) == (3, 3) and pipe.in_flight == 1
+    assert pipe.sent_at is not None and pipe.sent_at > second_sent
+    third = pipe.receive()
+    assert (third.claimed, third.limit) == (1, 1) and pipe.in_flight == 0
     assert [j.args for j in first.jobs()] == [[0], [1]]
     assert [j.args for j in second.jobs()] == [[2], [3], [4]]
+    assert [j.args for j in third.jobs()] == [[5]]
     assert not pipe.answered() and pipe.sent_at is None and pipe.claiming == 0
 
 

@@ -87,7 +87,7 @@ def running_claims(worker: Worker) -> set[Claim]:
 
 def test_a_busy_worker_sends_turns_ahead_and_runs_each_job_once(store_url: str) -> None:
     tasks.app.configure(url=store_url, heartbeat_interval=0.1, session_expiry=2.0)
-    worker = Worker(tasks.app, WorkerOptions(concurrency=20))
+    worker = Worker(tasks.app, WorkerOptions(concurrency=30))
     sends = watch_sends(worker)
     with running(worker):
         jobs = drained(worker, 600)
@@ -97,10 +97,11 @@ def test_a_busy_worker_sends_turns_ahead_and_runs_each_job_once(store_url: str) 
             assert job.refresh().attempt == 1
     if store_url.startswith("sqlite"):
         assert worker._pipe is None
-    else:  # turns of at most half the slots, most of them sent ahead, some behind another
+    else:  # turns of at most a third of the slots, most of them sent behind another (the
+        # slots of the third in flight are free only once every job started has finished)
         limits, behind = [s.limit for s in sends], [s.behind for s in sends]
         assert len(limits) >= 60 and max(limits) == 10
-        assert max(behind) == 2 - 1 and behind.count(1) >= 1
+        assert max(behind) <= 3 - 1 and behind.count(1) >= len(behind) // 2
 
 
 def test_each_turn_carries_every_result_waiting_with_more_slots_than_ack_batch(
@@ -155,12 +156,12 @@ def test_an_idle_worker_sends_no_turns_ahead(store_url: str) -> None:
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 def test_a_report_that_may_have_seen_the_turn_in_flight_waits_for_it(store_url: str) -> None:
-    with idle_worker(store_url, concurrency=4) as worker:
+    with idle_worker(store_url, concurrency=6) as worker:
         jobs = tasks.sleepy.enqueue_many([(30,) for _ in range(4)])
         session = worker.session
         assert session is not None
         (orphan,) = claim(worker.store, session, tasks=["sleepy"], limit=1)  # its answer lost
-        assert worker._send_turn(4)  # a claim of two (half the slots)
+        assert worker._send_turn(6)  # a claim of two (a third of the slots)
         wait_for(lambda: len(running_claims(worker)) == 3, what="the turn committed")
         in_flight = running_claims(worker) - {orphan.claim}
         # a heartbeat's report that came after the turn was sent may have seen its claims
@@ -181,9 +182,9 @@ def test_a_report_that_may_have_seen_the_turn_in_flight_waits_for_it(store_url: 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 def test_a_worker_stopping_with_a_turn_in_flight_runs_its_jobs(store_url: str) -> None:
-    with idle_worker(store_url, concurrency=8) as worker:
+    with idle_worker(store_url, concurrency=12) as worker:
         jobs = tasks.add.enqueue_many([(i, 2) for i in range(4)])
-        assert worker._send_turn(8)
+        assert worker._send_turn(12)  # a claim of four (a third of the slots)
         worker.stop()
         worker._drain()
         assert worker.stats["claimed"] == 4 and worker.stats["succeeded"] == 4
@@ -194,22 +195,22 @@ def test_a_worker_stopping_with_a_turn_in_flight_runs_its_jobs(store_url: str) -
 def test_the_results_of_a_turn_cut_in_flight_go_out_with_the_next(store_url: str) -> None:
     """A turn cut on its way may or may not have committed: its results are sent again
     (a completion that committed already is accepted again), nothing runs twice."""
-    with idle_worker(store_url, concurrency=8) as worker:
+    with idle_worker(store_url, concurrency=12) as worker:
         jobs = tasks.add.enqueue_many([(i, 3) for i in range(4)])
-        assert worker._send_turn(8) and worker._read_turn() == 4  # a claim of four, started
+        assert worker._send_turn(12) and worker._read_turn() == 4  # a claim of four, started
         assert worker._pipe is not None  # the claim sent ahead of their start: none left
         assert worker._pipe.receive().claimed == 0
         wait_for(lambda: worker._collect(block=False) or len(worker._completions) == 4)
         with psycopg.connect(store_url) as blocker:  # the turn waits on a row lock: in flight
             blocker.execute("SELECT 1 FROM plunder_jobs WHERE id = %s FOR UPDATE", (jobs[0].id,))
-            assert worker._send_turn(8)  # the four results, and a claim of nothing
+            assert worker._send_turn(12)  # the four results, and a claim of nothing
             cutter = threading.Thread(target=worker.store.calls_cut, args=("cut by the test",))
             cutter.start()
             cutter.join()
             assert worker._read_turn() == 0  # failed: "a turn failed", logged
             assert sorted(c.claim.job_id for c in worker._completions) == sorted(j.id for j in jobs)
             blocker.rollback()
-        worker._turn(8)  # sent again, on a fresh connection
+        worker._turn(12)  # sent again, on a fresh connection
         assert worker._completions == [] and worker.stats["succeeded"] == 4
         for job in jobs:
             assert job.result(timeout=5) == job.refresh().args[0] + 3

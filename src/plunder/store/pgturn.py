@@ -18,12 +18,12 @@ arrived, that is, after it committed. Until then its claims are invisible to the
 heartbeat that reads them meanwhile must not take them for lost (see Worker), and its
 results are on their way, held like any results not yet written.
 
-A second turn may follow the first before the first is read (``depth``): the server runs
-it as soon as it has committed the first, without waiting for the worker. Answers are read
+More turns may follow the first before the first is read (up to ``depth`` in flight): the
+server runs each as soon as it has committed the one before, without waiting for the worker. Answers are read
 oldest first, and reading one never waits for the next (see ``_fetch_flight``).
 
 A turn that fails (an error, a lost or cut connection) ends the pipe's connection: it is
-closed, the turn after it is never read either, and the next send opens another. Whether
+closed, the turns after it are never read either, and the next send opens another. Whether
 those turns committed may be unknown; their results are sent again by the caller (an
 acknowledgement that committed already is recognised as such), and claims that did commit
 are given back once the heartbeat reports them.
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from plunder.store.postgres import PostgresStore
 
 Encoded = list[tuple[Completion, str]]  # completions with their results encoded
-MAX_IN_FLIGHT = 2  # turns a pipe may have in flight, where psycopg lets it read them singly
+MAX_IN_FLIGHT = 3  # turns a pipe may have in flight, where psycopg lets it read them singly
 
 
 def turn_params(

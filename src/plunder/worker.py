@@ -196,6 +196,7 @@ class Worker(TurnsAhead):
         if install_signals:
             self._install_signals()
         self._open_session()
+        self._ready_turns()
         self._start_services()
         log.info(
             "worker %s: queues %s, tasks %s, concurrency %d",
@@ -213,6 +214,17 @@ class Worker(TurnsAhead):
             raise
         finally:
             self._close()
+
+    def _ready_turns(self) -> None:
+        """The turns' statement prepared on the connections the pipe will hold, before the
+        first burst of work needs it (see TurnPipe.ready); without it, the first turns
+        prepare it as they go."""
+        if self._pipe is None or self._halt.is_set():
+            return
+        try:
+            self._pipe.ready(queues=self.queues, tasks=self.tasks)
+        except errors.StoreError as exc:
+            log.warning("could not prepare the turns' statement ahead (%s); turns will", exc)
 
     def stop(self, *, graceful: bool = True) -> None:
         if not graceful:

@@ -307,3 +307,48 @@ def test_a_turn_planned_on_an_empty_table_finds_its_jobs_by_index_once_it_fills(
     plan = plan_of_turn(conn)
     assert "Index Scan using plunder_jobs_pkey on plunder_jobs" in plan, plan
     assert "Seq Scan on plunder_jobs" not in plan, plan
+
+
+def prepared_turns(store: Store) -> list[tuple[int, bool]]:
+    """On each connection of the pool (held together, so each is another): how many turn
+    statements the server has prepared there, and whether plunder recorded it as planned
+    by its indexes."""
+    pool = store._get_pool()  # type: ignore[attr-defined]
+    held = [pool.getconn() for _ in range(store._pool_size)]  # type: ignore[attr-defined]
+    try:
+        seen = []
+        for conn in held:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+                ("%done AS (%",),
+            ).fetchone()
+            assert row is not None
+            seen.append((int(row[0]), "job_exchange" in conn.index_planned))
+        return seen
+    finally:
+        for conn in held:
+            pool.putconn(conn)
+
+
+def test_ready_prepares_the_turn_on_every_pooled_connection_and_claims_nothing(
+    store: Store, pipe: TurnPipe
+) -> None:
+    """As a worker starts, its turns' statement is prepared on each connection the pipe
+    may hold, by a turn that names no session: nothing is claimed or written. The turns
+    after it run that same prepared statement (the same parameter types: a second one
+    prepared would mean the first turn of each connection still parsed and planned)."""
+    jobs = store.job_enqueue_many([JobSpec("t", [i]) for i in range(3)])
+    size = store._pool_size  # type: ignore[attr-defined]
+    assert size >= 2
+    assert pipe.ready(queues=["default"], tasks=["t"]) == size
+    assert prepared_turns(store) == [(1, True)] * size
+    assert {j.id: store.job_get(j.id).status for j in jobs} == {j.id: Status.PENDING for j in jobs}
+    session = open_session(store)
+    send(pipe, session, [], limit=2)
+    first = pipe.receive()
+    send(pipe, session, [j.claim for j in first.jobs()], limit=2)
+    second = pipe.receive()
+    assert second.settle().accepted == tuple(j.claim for j in first.jobs())
+    assert [j.args for j in second.jobs()] == [[2]]
+    pipe.close()
+    assert prepared_turns(store) == [(1, True)] * size

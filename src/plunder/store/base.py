@@ -149,6 +149,12 @@ class TurnPipe(Protocol):
         """Whether the oldest turn's answer has come back (``receive`` would not wait)."""
         ...
 
+    def ready(self, *, queues: Sequence[str], tasks: Sequence[str]) -> int:
+        """Make the turns' statement ready on each connection the pipe may hold, before
+        the first turn needs it; how many connections it made ready. Claims and
+        acknowledges nothing."""
+        ...
+
     def send(
         self,
         completions: Sequence[Completion],

@@ -52,7 +52,7 @@ from plunder import errors
 from plunder.model import SUSPECT_LOSSES, AckResult, Completion, JobRecord
 from plunder.store import convert
 from plunder.store.deadlines import Call
-from plunder.store.pgtx import array_literal, plan_once
+from plunder.store.pgtx import PgTx, array_literal, plan_once
 from plunder.store.sqlbase import CLAIM_LEVELS, Claimed
 
 if TYPE_CHECKING:
@@ -275,6 +275,42 @@ class TurnPipe:
         except (OSError, ValueError, psycopg.Error):
             return True  # broken: receive says how
         return bool(readable)
+
+    def ready(self, *, queues: Sequence[str], tasks: Sequence[str]) -> int:
+        """Prepare the turns' statement on every connection of the pool (opened up to its
+        size, held together so that each is a different one), as a worker starts. The
+        first turn on a connection parses and plans the statement (about 2 ms), and in a
+        new server process reads the catalog for it as well (a few ms more): paid there,
+        at the start of a burst, by the worker's first turns, one connection after
+        another. This turn names no session, so it claims and acknowledges nothing and
+        writes nothing. How many connections it made ready (none behind a transaction
+        pooler, where statements are not prepared)."""
+        if self._conn is not None:
+            raise RuntimeError("the pipe holds a connection already: ready() comes first")
+        store = self._store
+        params = turn_params([], "", queues=queues, tasks=tasks, limit=1, take_suspect=False)
+        held: list[psycopg.Connection[Any]] = []
+        made = 0
+        try:
+            for _ in range(store._pool_size):
+                conn = store._pipe_connection()
+                if conn is None or conn.prepare_threshold is None:
+                    if conn is not None:
+                        store._get_pool().putconn(conn)
+                    return made
+                held.append(conn)
+            for conn in held:
+                with store._deadlines.watch(conn, store._call_timeout) as call:
+                    try:
+                        PgTx(conn, store.queries).table("job_exchange", **params, now=None)
+                    except psycopg.Error as exc:
+                        conn.close()  # the pool replaces it
+                        raise self._error(exc, call) from exc
+                made += 1
+            return made
+        finally:
+            for conn in held:
+                store._get_pool().putconn(conn)
 
     def send(
         self,

@@ -88,8 +88,9 @@ class TurnsAhead:
 
     def _send_turn(self: _Worker, free: int, *, suspects: bool = True) -> bool:
         """Send a turn on the pipe: the results so far and a claim of up to a share of the
-        slots (see share) that the turns in flight do not claim already; a suspect only if ``suspects`` and none of those may bring
-        one. False: none sent; the turn is made the ordinary way."""
+        slots (see share) that the turns in flight do not claim already; a suspect only if
+        ``suspects`` and none of those may bring one. False: none sent; the turn is made the
+        ordinary way."""
         pipe = self._pipe
         if pipe is None or self._stop.is_set() or self.session is None:
             return False

@@ -19,8 +19,9 @@ heartbeat that reads them meanwhile must not take them for lost (see Worker), an
 results are on their way, held like any results not yet written.
 
 More turns may follow the first before the first is read (up to ``depth`` in flight): the
-server runs each as soon as it has committed the one before, without waiting for the worker. Answers are read
-oldest first, and reading one never waits for the next (see ``_fetch_flight``).
+server runs each as soon as it has committed the one before, without waiting for the
+worker. Answers are read oldest first, and reading one never waits for the next (see
+``_fetch_flight``).
 
 A turn that fails (an error, a lost or cut connection) ends the pipe's connection: it is
 closed, the turns after it are never read either, and the next send opens another. Whether

@@ -17,10 +17,12 @@ from plunder.store.engine import JOB_TIMEOUT, SESSION_LOST, Engine, Now, Row, Tx
 # empty table to a large one
 GROWTH = 10
 MIN_PAGES = 10
+MIN_ROWS = 300  # about MIN_PAGES of jobs: the floor for the live rows against those counted
 
 
 class Maintenance(Engine):
     _analyzed_at = 0  # pages of the jobs table at this store's last job_stats_refresh
+    _analyzed_rows = 0  # and its live rows then
 
     def lease_acquire(self, name: str, holder: str, ttl: float, *, now: Now = None) -> Lease | None:
         convert.positive("lease ttl", ttl)
@@ -179,18 +181,22 @@ class Maintenance(Engine):
 
     def job_stats_refresh(self) -> bool:
         """Take new statistics of the jobs table when it has grown tenfold since the last
-        were taken (at least to GROWTH * MIN_PAGES pages), so that every connection plans
-        its cached statements for the table as it is (see the job_table_pages query).
-        True: it did. Nothing to do on SQLite."""
+        were taken (at least to GROWTH * MIN_PAGES pages), or its live rows have outgrown
+        tenfold the rows they counted (at least GROWTH * MIN_ROWS: a table refilled within
+        the pages a VACUUM kept), so that every connection plans its cached statements for
+        the table as it is (see the job_table_pages query). True: it did. Nothing to do on
+        SQLite."""
         row = self._run(lambda tx: tx.one("job_table_pages"), write=False)
         if row is None:
             return False
-        pages = int(row["pages"])
+        pages, live = int(row["pages"]), int(row["live"])
         # the size this store last analyzed at counts too: an ANALYZE the server skipped
         # (the table locked, or a role that does not own it: only a warning) is not tried
         # again at every pass, only once the table has grown tenfold again
-        if pages <= GROWTH * max(int(row["seen"]), self._analyzed_at, MIN_PAGES):
+        grown = pages > GROWTH * max(int(row["seen"]), self._analyzed_at, MIN_PAGES)
+        refilled = live > GROWTH * max(int(row["counted"]), self._analyzed_rows, MIN_ROWS)
+        if not (grown or refilled):
             return False
         self._run(lambda tx: tx.all("job_table_analyze"))
-        self._analyzed_at = pages
+        self._analyzed_at, self._analyzed_rows = pages, live
         return True

@@ -849,10 +849,17 @@ SELECT NULL::timestamptz AS run_at WHERE false;
 -- statement (its generic plan), made for the size the table had then: one made while the
 -- table was nearly empty reads the whole table where an index would find the rows, and
 -- a worker that waited on an empty queue before a burst then drained it at a sixth of
--- its speed. New statistics make every connection plan its statements anew.
+-- its speed. New statistics make every connection plan its statements anew. Also the rows
+-- the statistics counted (`counted`: none is -1) and the live rows the server counts now
+-- (`live`, as each connection reports them, a second or so after its transactions): a
+-- VACUUM of a table emptied but for its last rows keeps its pages and counts almost no
+-- rows, and a table refilled within those pages never looks as if it had grown.
 SELECT c.relpages::bigint AS seen,
-       pg_relation_size(c.oid) / current_setting('block_size')::bigint AS pages
+       pg_relation_size(c.oid) / current_setting('block_size')::bigint AS pages,
+       GREATEST(c.reltuples, 0)::bigint AS counted,
+       COALESCE(s.n_live_tup, 0)::bigint AS live
 FROM pg_class AS c
+LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
 WHERE c.oid = 'plunder_jobs'::regclass;
 
 -- name: job_table_analyze

@@ -587,7 +587,7 @@ WHERE j.status = 'pending'
 -- PostgreSQL's check on the size its cached plans were made for. SQLite plans a statement
 -- when it prepares it, with the statistics of the moment and an index wherever one serves:
 -- the table never looks as if it had grown.
-SELECT 0 AS seen, 0 AS pages;
+SELECT 0 AS seen, 0 AS pages, 0 AS counted, 0 AS live;
 
 -- name: job_table_analyze
 -- As job_table_pages: never sent.

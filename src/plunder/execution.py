@@ -54,9 +54,8 @@ def tune_gc() -> None:
     collections then walk every object of the process. Here the young generation is
     collected every GC_YOUNG allocations, by which time most of those objects were freed by
     their reference counts, and what was imported before the work began is moved out of
-    the collector's sight (``gc.freeze``): in two-process drains of no-op jobs the workers
-    spent 12.8 µs of CPU per job before and 10.0 after. Reference cycles are still
-    collected, a little later."""
+    the collector's sight (``gc.freeze``); measured in docs/decisions/0005-collector-tuning.md.
+    Reference cycles are still collected, a little later."""
     gc.collect()
     gc.freeze()
     _, older, oldest = gc.get_threshold()

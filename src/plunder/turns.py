@@ -15,7 +15,7 @@ the pipe may have in flight), less what the turns in flight may claim, so that t
 running and the claims on their way never exceed the slots. With three shares the database
 has two turns of this worker's to run while the worker runs one share's jobs; with two
 shares it had one, and ran dry whenever the worker, sharing the machine's cores with it,
-was slow to finish them and send the next (two processes drained 5 % fewer jobs a second).
+was slow to finish them and send the next (docs/decisions/0004-turns-sent-ahead.md).
 A turn that fails — and with it those after it, on the same connection — has its
 results sent again (an acknowledgement that committed already is accepted again); claims
 that did commit are given back once the heartbeat reports them (see plunder.liveness).

@@ -280,12 +280,12 @@ class TurnPipe:
     def ready(self, *, queues: Sequence[str], tasks: Sequence[str]) -> int:
         """Prepare the turns' statement on every connection of the pool (opened up to its
         size, held together so that each is a different one), as a worker starts. The
-        first turn on a connection parses and plans the statement (about 2 ms), and in a
-        new server process reads the catalog for it as well (a few ms more): paid there,
-        at the start of a burst, by the worker's first turns, one connection after
-        another. This turn names no session, so it claims and acknowledges nothing and
-        writes nothing. How many connections it made ready (none behind a transaction
-        pooler, where statements are not prepared)."""
+        first turn on a connection parses and plans the statement, and in a new server
+        process reads the catalog for it as well, a cost otherwise paid at the start of a
+        burst by the worker's first turns (docs/decisions/0004-turns-sent-ahead.md). This
+        turn names no session, so it claims and acknowledges nothing and writes nothing.
+        How many connections it made ready (none behind a transaction pooler, where
+        statements are not prepared)."""
         if self._conn is not None:
             raise RuntimeError("the pipe holds a connection already: ready() comes first")
         store = self._store

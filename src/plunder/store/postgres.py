@@ -253,8 +253,8 @@ class PostgresStore(SQLStore):
         if not self._options_accepted():
             return kwargs  # each transaction makes its settings (see settings_set)
         # JIT-compiling plunder's short statements costs far more than running them (the
-        # claim's estimate passes jit_above_cost on a deep queue: 50 ms of compiling for
-        # 0.5 ms of work)
+        # claim's estimate passes jit_above_cost on a deep queue; see
+        # docs/decisions/0006-statistics-and-plans.md)
         options = ["-c jit=off"]
         settings = self._settings(self._statement_timeout)
         if settings:
@@ -262,7 +262,7 @@ class PostgresStore(SQLStore):
         if self._prepare_threshold() is not None:
             # A prepared statement is planned afresh at every run while the server expects
             # a custom plan to beat its generic one, which for the claim it always does:
-            # planning it (0.5-0.6 ms) then costs more than running it. plunder's
+            # planning it then costs more than running it (decision record 0006). plunder's
             # statements are written for their indexes whatever the values, so they are
             # planned once per connection. A task's own transaction prepares nothing (see
             # _task_transaction), so this never touches a user's queries.

@@ -324,8 +324,8 @@ FROM (SELECT count(*) FROM told) AS t LEFT JOIN claimed AS c ON true;
 -- on the connection, until new statistics of the jobs table make the server plan it again.
 -- Made while the statistics said the table was nearly empty, a turn's plan read the whole
 -- table at every turn to find the jobs it acknowledged (a sequential scan costs next to
--- nothing on an empty table) and kept doing so as the table filled: 14 ms a turn on 20,000
--- jobs, 35 on 60,000, against 2.5-3 planned by its indexes. With sequential scans off the
+-- nothing on an empty table) and kept doing so as the table filled (measured in
+-- docs/decisions/0006-statistics-and-plans.md). With sequential scans off the
 -- planner takes an index wherever one serves, and these statements have one for every
 -- step. (A plan made again later is made for the statistics of then; the janitor takes
 -- new ones as the table grows, see job_table_pages.)
@@ -865,6 +865,6 @@ WHERE c.oid = 'plunder_jobs'::regclass;
 -- name: job_table_analyze
 -- New statistics for plunder_jobs (see job_table_pages); skipped, not waited for, while
 -- another ANALYZE or a VACUUM holds the table. Its size (what the plans got wrong) and the
--- columns that claims and the partial indexes choose by: 7 ms on 20,000 jobs where every
--- column took 24-32 (autovacuum analyzes them all in its own time).
+-- columns that claims and the partial indexes choose by, a few times cheaper than every
+-- column (docs/decisions/0006-statistics-and-plans.md; autovacuum analyzes them all).
 ANALYZE (SKIP_LOCKED) plunder_jobs (queue, priority, status);

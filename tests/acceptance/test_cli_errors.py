@@ -66,7 +66,15 @@ def test_a_refused_login_is_one_line_naming_the_cause_at_once(
     pg_cluster: pgcluster.Cluster, url_of: object, cause: str
 ) -> None:
     url = url_of(pg_cluster)  # type: ignore[operator]
-    for command in (["status"], ["enqueue", "add", "[1, 2]"], ["init"]):
+    commands = (
+        ["status"],
+        ["enqueue", "add", "[1, 2]"],
+        ["init"],
+        ["worker", "-A", "tests.worker.tasks:app"],
+        ["janitor"],
+        ["demo", "--jobs", "20"],
+    )
+    for command in commands:
         done, took = run_cli("--db", url, *command)
         assert done.returncode == 1, done.stderr
         assert lines(done.stderr) == [lines(done.stderr)[0]], done.stderr

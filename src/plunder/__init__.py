@@ -1,5 +1,7 @@
 """plunder: a job queue built on work stealing over a transactional database."""
 
+import logging
+
 from plunder.app import App, Job
 from plunder.context import Context
 from plunder.errors import (
@@ -18,6 +20,7 @@ from plunder.errors import (
     StoreBusy,
     StoreError,
     StoreFull,
+    StoreRefused,
     StoreUnavailable,
     UnknownTask,
 )
@@ -27,6 +30,10 @@ from plunder.store import Store, open_store
 from plunder.task import Task
 
 __version__ = "0.1.0"
+
+# plunder's loggers print only where the application set up logging: without this,
+# logging's last-resort handler would write their warnings on the user's stderr
+logging.getLogger("plunder").addHandler(logging.NullHandler())
 
 __all__ = [
     "App",
@@ -58,6 +65,7 @@ __all__ = [
     "StoreBusy",
     "StoreError",
     "StoreFull",
+    "StoreRefused",
     "StoreUnavailable",
     "Task",
     "UnknownTask",

@@ -20,7 +20,8 @@ from plunder.task import Options, Registry, Task, make_task
 class App:
     """``App("sqlite:///plunder.db")`` or ``App("postgresql://…")``; ``App()`` reads
     ``PLUNDER_URL`` (default ``sqlite:///plunder.db``). Intervals (seconds) are keywords
-    here and ``PLUNDER_*`` environment variables."""
+    here and ``PLUNDER_*`` environment variables. A SQLite file that does not exist is
+    created, unless ``create=False`` (then the store's first use raises StoreUnavailable)."""
 
     def __init__(
         self,
@@ -33,6 +34,7 @@ class App:
         retention: float | None = None,
         listen: bool | None = None,
         auto_migrate: bool = True,
+        create: bool = True,
         **store_options: Any,
     ) -> None:
         self.settings = config.load(
@@ -46,6 +48,7 @@ class App:
         )
         self.registry = Registry()
         self.auto_migrate = auto_migrate
+        self.create = create  # False: a missing SQLite file is refused, not made empty
         self._store_options = store_options
         self._store: Store | None = None
         self._hub: Hub | None = None
@@ -63,7 +66,7 @@ class App:
         """The store, opened on first use (and migrated, unless ``auto_migrate=False``)."""
         with self._lock:
             if self._store is None:
-                store = open_store(self.settings.url, **self._store_options)
+                store = open_store(self.settings.url, create=self.create, **self._store_options)
                 try:
                     store.migrate() if self.auto_migrate else store.schema_check()
                 except BaseException:
@@ -76,7 +79,9 @@ class App:
         """A store of its own on the app's database (the schema checked, or migrated, once,
         by the app's), with the app's store options and these; the caller closes it."""
         self.store  # noqa: B018 - the schema, before anyone uses it
-        return open_store(self.settings.url, **{**self._store_options, **options})
+        return open_store(
+            self.settings.url, **{"create": self.create, **self._store_options, **options}
+        )
 
     @property
     def hub(self) -> Hub:

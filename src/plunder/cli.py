@@ -39,6 +39,7 @@ CLI_STORE: dict[str, Any] = {
     "connect_timeout": 5.0,
     "pool_size": 2,
     "application_name": "plunder:cli",
+    "create": False,  # a typo in a SQLite path is refused, not made an empty database
 }
 
 
@@ -72,11 +73,11 @@ def emit_json(value: Any) -> None:
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn plunder's errors into one line and exit status 1."""
+    """Turn plunder's errors (and a wait that timed out) into one line and exit status 1."""
     try:
         yield
-    except (errors.PlunderError, ValueError, TypeError) as exc:
-        err.print(error_line(exc), soft_wrap=True)
+    except (errors.PlunderError, ValueError, TypeError, TimeoutError) as exc:
+        err.print(error_line(" ".join(str(exc).split())), soft_wrap=True)
         sys.exit(1)
 
 
@@ -92,7 +93,8 @@ class State:
 
     def store(self, *, migrate: bool = False) -> Store:
         if self._store is None:
-            store = open_store(self.url, **CLI_STORE)
+            # only init (migrate) may create a SQLite file
+            store = open_store(self.url, **{**CLI_STORE, "create": migrate})
             store.migrate() if migrate else store.schema_check()
             self._store = store
         return self._store
@@ -110,14 +112,39 @@ def one_line_usage() -> Iterator[None]:
         raise
 
 
+def _db_after(ctx: click.Context, _: click.Parameter, value: str | None) -> None:
+    """``--db`` given after the command: it wins over the one before it (or PLUNDER_URL)."""
+    state = ctx.find_object(State)
+    if value is not None and state is not None:
+        state.url, state.explicit = value, True
+
+
+NO_DB = {"bench"}  # the commands that take no --db
+
+
 class Group(click.Group):
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
         with one_line_usage():
             return super().make_context(*args, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
-        with one_line_usage():
+        with one_line_usage(), user_errors():
             return super().invoke(ctx)
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        """Every command that uses the database takes ``--db`` after its name too."""
+        if (name or cmd.name) not in NO_DB:
+            cmd.params.append(
+                click.Option(
+                    ["--db"],
+                    default=None,
+                    expose_value=False,
+                    is_eager=True,  # set before the command's other options are read
+                    callback=_db_after,
+                    help="Database URL, as before the command (this one wins).",
+                )
+            )
+        super().add_command(cmd, name)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -137,7 +164,13 @@ class Group(click.Group):
 @click.version_option(package_name="plunder")
 @click.pass_context
 def main(ctx: click.Context, db: str, log_level: str) -> None:
-    """plunder: a job queue where idle workers steal work from a database."""
+    """plunder: a job queue where idle workers steal work from a database.
+
+    --db goes before or after the command. Errors are one line on stderr: a usage mistake
+    prints "Error: …" (click's) with exit status 2; anything else that fails (an unknown
+    job, a database that is missing or refuses, a wait that timed out) prints "error: …"
+    with exit status 1.
+    """
     logging.basicConfig(
         level=log_level.upper(),
         stream=sys.stderr,

@@ -80,6 +80,11 @@ class StoreUnavailable(StoreError):
     """The database cannot be reached."""
 
 
+class StoreRefused(StoreUnavailable):
+    """The database refused this client for good (failed authentication, no such database
+    or role): trying again cannot help."""
+
+
 class OutcomeUnknown(StoreError):
     """The connection was lost while the database committed a write that is not safe to
     repeat (an enqueue without idempotency keys): it may or may not have been stored.

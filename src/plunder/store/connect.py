@@ -9,7 +9,10 @@ from plunder.store.base import Store
 
 
 def open_store(url: str, **options: Any) -> Store:
-    """Open the store a URL names. Nothing touches the database until first use."""
+    """Open the store a URL names. Nothing touches the database until first use.
+    ``create=False``: a SQLite file that does not exist is refused (StoreUnavailable) at
+    first use instead of created empty (a PostgreSQL database is never created)."""
+    create = bool(options.pop("create", True))
     if not isinstance(url, str) or "://" not in url:
         raise errors.ConfigError(
             f"invalid database URL {url!r}: use sqlite:///path/to/file.db or "
@@ -28,7 +31,8 @@ def open_store(url: str, **options: Any) -> Store:
             "call_timeout",
             "idle_timeout",
         }
-        return SqliteStore(url, **{k: v for k, v in options.items() if k not in pg_only})
+        options = {k: v for k, v in options.items() if k not in pg_only}
+        return SqliteStore(url, create=create, **options)
     if scheme in ("postgresql", "postgres"):
         try:
             from plunder.store.postgres import PostgresStore

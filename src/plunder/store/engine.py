@@ -361,7 +361,11 @@ class Engine(ABC):
 
     def migrate(self, *, fresh_schema: bool = True) -> int:
         """Bring the schema to the latest version. An empty database gets the fresh schema
-        in one step (or, with ``fresh_schema=False``, every migration in turn)."""
+        in one step (or, with ``fresh_schema=False``, every migration in turn). A schema
+        that is current already is only read: no write lock (which a caller's own open
+        write transaction may hold while it enqueues for the first time)."""
+        if self._schema_version() == self.latest_version:
+            return self.latest_version
 
         def create(tx: Tx) -> None:
             tx.all("schema_table_create")
@@ -394,7 +398,9 @@ class Engine(ABC):
             self._run(create)
         return self._run(apply)
 
-    def schema_check(self) -> int:
+    def _schema_version(self) -> int | None:
+        """The schema version the database records, read without the write lock."""
+
         def read(tx: Tx) -> int | None:
             exists = tx.one("schema_table_exists")
             if not exists or not exists["n"]:
@@ -402,7 +408,10 @@ class Engine(ABC):
             row = tx.one("schema_version_get")
             return int(row["version"]) if row else None
 
-        version = self._run(read, write=False)
+        return self._run(read, write=False)
+
+    def schema_check(self) -> int:
+        version = self._schema_version()
         latest = self.latest_version
         if not version:
             raise errors.SchemaError(

@@ -15,6 +15,7 @@ the statements that notify check for a live row on their channel first.
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import select
 import socket
@@ -55,6 +56,34 @@ def first_line(exc: BaseException) -> str:
     """libpq's messages go on with hints on further lines; a log line needs the first."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+# A login the server refuses whatever the moment: failed authentication (28000, 28P01), no
+# such database (3D000) or role (28000). libpq keeps no SQLSTATE for a refused login, only
+# the server's message (English unless the server's lc_messages says otherwise): hence
+# the words, beside the states for a driver that does keep them.
+REFUSED_STATES = frozenset({"28000", "28P01", "3D000"})
+REFUSED_WORDS = re.compile(
+    r'FATAL:\s+(?:(?:database|role) "[^"]*" does not exist|.*authentication failed'
+    r"|no pg_hba\.conf entry|pg_hba\.conf rejects|.*is not permitted to log in"
+    r"|permission denied for database)|no password supplied"
+)
+
+
+def refused_for_good(exc: psycopg.Error) -> bool:
+    """Whether a failed connection attempt was a refusal that trying again cannot change
+    (a refused port or a server starting up is worth another try)."""
+    if exc.sqlstate is not None:
+        return exc.sqlstate in REFUSED_STATES
+    return REFUSED_WORDS.search(str(exc)) is not None
+
+
+def server_reason(exc: psycopg.Error) -> str:
+    """The server's own words for a refused login (``database "farm" does not exist``),
+    without libpq's framing; else the first line of the message."""
+    line = first_line(exc)
+    _, fatal, said = line.rpartition("FATAL:")
+    return " ".join(said.split()) if fatal else line
 
 
 CHANNELS = ("plunder_enqueued", "plunder_done", "plunder_stream")  # fixed names, never input

@@ -28,9 +28,11 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import select
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -51,7 +53,15 @@ from plunder.model import SUSPECT_LOSSES, AckResult, Completion, Exchange
 from plunder.store import pgturn, queries
 from plunder.store.deadlines import Deadlines
 from plunder.store.engine import Tx
-from plunder.store.pgconn import PgConnection, PgNotifications, call_deadline, socket_of
+from plunder.store.pgconn import (
+    PgConnection,
+    PgNotifications,
+    call_deadline,
+    first_line,
+    refused_for_good,
+    server_reason,
+    socket_of,
+)
 from plunder.store.pgtx import PgTx
 from plunder.store.sqlbase import CLAIM_LEVELS, Claimed, SQLStore
 
@@ -94,6 +104,7 @@ UTC_NAMES = frozenset(
     ("UTC", "Etc/UTC", "UCT", "Etc/UCT", "Universal", "Etc/Universal", "Zulu", "Etc/Zulu")
 )
 RECONNECT_WINDOW = 5.0  # seconds the pool retries a lost connection before starting over
+REACH_INTERVAL = 1.0  # seconds between the tries to reach a server before the pool opens
 
 
 def _options(settings: dict[str, int]) -> str:
@@ -142,6 +153,8 @@ class PostgresStore(SQLStore):
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
                 self._refuse_if_retired()
+                if self._accepts_options is None:
+                    self._reach()
                 # a pool inherited across fork shares sockets with the parent: start afresh
                 self._pid = os.getpid()
                 self._pool = ConnectionPool(
@@ -218,16 +231,54 @@ class PostgresStore(SQLStore):
         inside each transaction instead (see ``PgConnection``). Asked once, by connecting."""
         if self._accepts_options is None:
             try:
-                kwargs = {**self._connection_kwargs(), "options": "-c statement_timeout=0"}
-                with psycopg.connect(self._conninfo, **kwargs) as probe:
-                    self._utc = probe.info.parameter_status("TimeZone") in UTC_NAMES
-                    self._accepts_options = True
+                self._probe(self._connect_timeout)
             except psycopg.OperationalError as exc:
-                if "unsupported startup parameter" not in str(exc):
-                    return True  # not an answer (the database is down?): ask again later
-                log.info("%s refuses startup options; settings go in each transaction", self.url)
-                self._accepts_options = False
-        return self._accepts_options
+                if refused_for_good(exc):
+                    raise errors.StoreRefused(f"{self.url}: {server_reason(exc)}") from exc
+                return True  # not an answer (the database is down?): ask again later
+        return self._accepts_options is not False
+
+    def _probe(self, timeout: float) -> None:
+        """Connect once, directly, to learn whether the server takes startup options and
+        whether its time zone is UTC; a failure to connect is the driver's error."""
+        kwargs = {
+            **self._connection_kwargs(),
+            "options": "-c statement_timeout=0",
+            "connect_timeout": max(1, math.ceil(timeout)),
+        }
+        try:
+            with psycopg.connect(self._conninfo, **kwargs) as probe:
+                self._utc = probe.info.parameter_status("TimeZone") in UTC_NAMES
+                self._accepts_options = True
+        except psycopg.OperationalError as exc:
+            if "unsupported startup parameter" not in str(exc):
+                raise
+            log.info("%s refuses startup options; settings go in each transaction", self.url)
+            self._accepts_options = False
+
+    def _reach(self) -> None:
+        """Connect directly before the pool opens: a refusal that trying again cannot change
+        (authentication, no such database or role) raises StoreRefused at once, with the
+        server's reason; any other failure is tried again every REACH_INTERVAL, one log
+        line per attempt, for ``connect_timeout`` seconds in all, then StoreUnavailable.
+        (A pool opened on such a server would try in the background, warn at every try,
+        and end in a timeout that hides the reason.)"""
+        deadline = time.monotonic() + self._connect_timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                self._probe(left)
+                return
+            except psycopg.OperationalError as exc:
+                if refused_for_good(exc):
+                    raise errors.StoreRefused(f"{self.url}: {server_reason(exc)}") from exc
+                reason = first_line(exc)
+                if deadline - time.monotonic() <= REACH_INTERVAL:
+                    raise errors.StoreUnavailable(
+                        f"cannot connect to {self.url}: {reason}"
+                    ) from exc
+                log.warning("cannot connect to %s (%s); trying again", self.url, reason)
+            time.sleep(REACH_INTERVAL)
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         """Each new pooled connection: the settings its transactions must make, if the

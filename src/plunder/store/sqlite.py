@@ -225,6 +225,30 @@ class _Tx:
         self.conn.execute(sql)
 
 
+class _CallerTx(_Tx):
+    """A transaction on the caller's own connection: rows are read through cursors of its
+    own, so the caller's ``row_factory`` is neither changed nor relied on."""
+
+    def _cursor(self) -> sqlite3.Cursor:
+        cur = self.conn.cursor()
+        cur.row_factory = sqlite3.Row
+        return cur
+
+    def clock(self, now: datetime | None) -> float:
+        if now is not None:
+            return _epoch(now)
+        if self._now is None:
+            self._now = float(self._cursor().execute(self._sql["clock_now"]).fetchone()[0])
+        return self._now
+
+    def all(self, name: str, /, **params: Any) -> list[Row]:
+        return self._cursor().execute(self._sql[name], params).fetchall()
+
+    def one(self, name: str, /, **params: Any) -> Row | None:
+        row: Row | None = self._cursor().execute(self._sql[name], params).fetchone()
+        return row
+
+
 MULTIROW_CHUNK = 500  # rows per statement (4 columns x 500 is far below SQLite's limit)
 _VALUES = re.compile(r"\bVALUES\s*(\((?:[^()]|\([^()]*\))*\))", re.IGNORECASE)
 _NAME = re.compile(r"(?<![:\w]):([A-Za-z_][A-Za-z0-9_]*)")
@@ -377,9 +401,12 @@ class SqliteStore(SQLStore):
     dialect = "sqlite"
     numbers_jobs = True  # writers take turns: an enqueue knows the ids it inserts
 
-    def __init__(self, url: str, *, busy_timeout: float = 5.0, **options: Any) -> None:
+    def __init__(
+        self, url: str, *, busy_timeout: float = 5.0, create: bool = True, **options: Any
+    ) -> None:
         super().__init__(**options)
         self.url = url
+        self.create = create  # False: a missing file is refused, not created empty
         self.path, settings = parse_url(url)
         self.synchronous = settings["synchronous"]
         self.busy_timeout = busy_timeout
@@ -409,15 +436,22 @@ class SqliteStore(SQLStore):
             self._pid = os.getpid()
 
     def _open(self) -> sqlite3.Connection:
+        # mode=rw opens an existing file only: no window between a check and the open
+        target = self.path if self.create else f"{self.path.absolute().as_uri()}?mode=rw"
         try:
             conn = sqlite3.connect(
-                self.path,
+                target,
+                uri=not self.create,
                 timeout=self.busy_timeout,
                 isolation_level=None,
                 check_same_thread=False,
                 cached_statements=256,
             )
         except sqlite3.Error as exc:
+            if not self.create and not self.path.exists():
+                raise errors.StoreUnavailable(
+                    f"no database at {self.path.absolute()} (run 'plunder init' or pass --db)"
+                ) from exc
             raise errors.StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
         conn.row_factory = sqlite3.Row
         try:
@@ -508,8 +542,7 @@ class SqliteStore(SQLStore):
     def _joined(self, conn: Any) -> _Tx:
         if not isinstance(conn, sqlite3.Connection):
             raise TypeError(f"conn must be a sqlite3.Connection, not {type(conn).__name__}")
-        conn.row_factory = sqlite3.Row
-        return _Tx(conn, self.queries)
+        return _CallerTx(conn, self.queries)
 
     def _translate(self, exc: Exception) -> Exception | None:
         if not isinstance(exc, sqlite3.Error):

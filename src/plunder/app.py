@@ -4,6 +4,7 @@ one job that reads through the store."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -265,9 +266,13 @@ class Job:
 
     def stream(self, *, timeout: float | None = None) -> Iterator[StreamEvent]:
         """Yield the job's stream events in order — what is stored first, then new ones as
-        they are written — until the job is terminal. Woken by the hub."""
+        they are written — until the job is terminal. Woken by the hub. Each event names
+        its attempt; when a retry's events follow an earlier attempt's, an event of kind
+        ``"attempt"`` comes first (see :class:`plunder.model.StreamEvent`): what was
+        streamed before it belongs to an attempt that did not succeed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         after = 0
+        attempt: int | None = None  # the attempt of the last event yielded
         woken = threading.Event()
         unwatch_stream = self.app.hub.watch("stream", self.id, woken.set)
         unwatch_done = self.app.hub.watch("done", self.id, woken.set)
@@ -277,6 +282,9 @@ class Job:
                 events = self.app.store.stream_read(self.id, after=after)
                 for event in events:
                     after = event.seq
+                    if attempt is not None and event.attempt != attempt:
+                        yield attempt_mark(event, attempt)
+                    attempt = event.attempt
                     yield event
                 if events:
                     continue
@@ -291,3 +299,9 @@ class Job:
         finally:
             unwatch_stream()
             unwatch_done()
+
+
+def attempt_mark(event: StreamEvent, previous: int) -> StreamEvent:
+    """The mark of a new attempt, just before its first event ``event``."""
+    data = {"attempt": event.attempt, "previous": previous}
+    return dataclasses.replace(event, kind="attempt", data=data)

@@ -135,6 +135,18 @@ def streamer(ctx: plunder.Context, n: int) -> int:
     return n
 
 
+@app.task(name="flaky_streamer", retries=1, backoff_base=0.01)
+def flaky_streamer(ctx: plunder.Context, n: int) -> int:
+    """Streams ``n`` chunks on each attempt; the first attempt then fails."""
+    for i in range(n):
+        ctx.stream(f"attempt {ctx.attempt} chunk {i}")
+    ctx.progress(n, n)
+    ctx.flush()
+    if ctx.attempt == 1:
+        raise RuntimeError("the first attempt fails")
+    return n
+
+
 @app.task(name="fails", retries=2, backoff_base=0.01, no_retry=(KeyError,))
 def fails(kind: str) -> None:
     if kind == "key":

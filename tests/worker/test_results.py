@@ -70,3 +70,21 @@ def test_a_return_value_other_than_the_committed_result_is_refused(
         wait_for(lambda: "refused" in caplog.text, what="the refusal logged")
         assert worker.store.job_get(job.id).status == Status.SUCCEEDED
     assert "returned a value other than the result its transaction committed" in caplog.text
+
+
+def test_a_retry_s_stream_follows_a_mark_of_its_attempt(store_url: str) -> None:
+    from tests.worker import tasks
+
+    with worker_in_thread(store_url):
+        job = tasks.flaky_streamer.enqueue(3)
+        assert job.result(timeout=20) == 3
+        events = list(job.stream(timeout=5))
+    seen = [(e.attempt, e.kind, e.data) for e in events]
+    progress = {"current": 3, "total": 3}
+    assert seen == [
+        *[(1, "chunk", f"attempt 1 chunk {i}") for i in range(3)],
+        (1, "progress", progress),
+        (2, "attempt", {"attempt": 2, "previous": 1}),
+        *[(2, "chunk", f"attempt 2 chunk {i}") for i in range(3)],
+        (2, "progress", progress),
+    ]

@@ -1,7 +1,7 @@
 """plunder: a job queue built on work stealing over a transactional database."""
 
 from plunder.app import App, Job
-from plunder.context import Context
+from plunder.context import AsyncConnection, Context
 from plunder.errors import (
     ConfigError,
     InvalidName,
@@ -21,7 +21,17 @@ from plunder.errors import (
     StoreUnavailable,
     UnknownTask,
 )
-from plunder.model import Claim, ErrorInfo, JobRecord, JobSpec, Lease, QueueStats, Run, Session
+from plunder.model import (
+    Claim,
+    ErrorInfo,
+    JobRecord,
+    JobSpec,
+    Lease,
+    QueueStats,
+    Run,
+    Session,
+    StreamEvent,
+)
 from plunder.states import Outcome, Status
 from plunder.store import Store, open_store
 from plunder.task import Task
@@ -30,6 +40,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "AsyncConnection",
     "Claim",
     "ConfigError",
     "Context",
@@ -59,6 +70,7 @@ __all__ = [
     "StoreError",
     "StoreFull",
     "StoreUnavailable",
+    "StreamEvent",
     "Task",
     "UnknownTask",
     "__version__",

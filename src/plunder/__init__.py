@@ -3,7 +3,7 @@
 import logging
 
 from plunder.app import App, Job
-from plunder.context import Context
+from plunder.context import AsyncConnection, Context
 from plunder.errors import (
     ConfigError,
     InvalidName,
@@ -24,7 +24,17 @@ from plunder.errors import (
     StoreUnavailable,
     UnknownTask,
 )
-from plunder.model import Claim, ErrorInfo, JobRecord, JobSpec, Lease, QueueStats, Run, Session
+from plunder.model import (
+    Claim,
+    ErrorInfo,
+    JobRecord,
+    JobSpec,
+    Lease,
+    QueueStats,
+    Run,
+    Session,
+    StreamEvent,
+)
 from plunder.states import Outcome, Status
 from plunder.store import Store, open_store
 from plunder.task import Task
@@ -37,6 +47,7 @@ logging.getLogger("plunder").addHandler(logging.NullHandler())
 
 __all__ = [
     "App",
+    "AsyncConnection",
     "Claim",
     "ConfigError",
     "Context",
@@ -67,6 +78,7 @@ __all__ = [
     "StoreFull",
     "StoreRefused",
     "StoreUnavailable",
+    "StreamEvent",
     "Task",
     "UnknownTask",
     "__version__",

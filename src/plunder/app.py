@@ -4,9 +4,10 @@ one job that reads through the store."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Sequence
 from typing import Any, overload
 
 from plunder import config, errors
@@ -179,6 +180,17 @@ class App:
         spec = replace(base, **options).spec(task, args, kwargs or {})
         return self.enqueue_specs([spec], conn=conn)[0]
 
+    async def enqueue_async(
+        self,
+        task: str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> Job:
+        """``await app.enqueue_async(name, ...)``: :meth:`enqueue` on a thread, so that the
+        caller's event loop runs on while the store is written."""
+        return await asyncio.to_thread(self.enqueue, task, args, kwargs, **options)
+
     def job(self, job_id: int) -> Job:
         """A handle on an existing job (JobNotFound if there is none)."""
         return Job(self, job_id, self.store.job_get(job_id))
@@ -268,11 +280,28 @@ class Job:
             error=error,
         )
 
-    def stream(self, *, timeout: float | None = None) -> Iterator[StreamEvent]:
+    async def stream_async(self, *, timeout: float | None = None) -> AsyncIterator[StreamEvent]:
+        """``async for event in job.stream_async()``: :meth:`stream`, each wait for the
+        next event on a thread, so that the caller's event loop runs on meanwhile."""
+        events = self.stream(timeout=timeout)
+        try:
+            while True:
+                event = await asyncio.to_thread(next, events, None)
+                if event is None:
+                    return
+                yield event
+        finally:
+            await asyncio.to_thread(events.close)
+
+    def stream(self, *, timeout: float | None = None) -> Generator[StreamEvent, None, None]:
         """Yield the job's stream events in order — what is stored first, then new ones as
-        they are written — until the job is terminal. Woken by the hub."""
+        they are written — until the job is terminal. Woken by the hub. Each event names
+        its attempt; when a retry's events follow an earlier attempt's, an event of kind
+        ``"attempt"`` comes first (see :class:`plunder.StreamEvent`): what was
+        streamed before it belongs to an attempt that did not succeed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         after = 0
+        attempt: int | None = None  # the attempt of the last event yielded
         woken = threading.Event()
         unwatch_stream = self.app.hub.watch("stream", self.id, woken.set)
         unwatch_done = self.app.hub.watch("done", self.id, woken.set)
@@ -282,6 +311,9 @@ class Job:
                 events = self.app.store.stream_read(self.id, after=after)
                 for event in events:
                     after = event.seq
+                    if attempt is not None and event.attempt != attempt:
+                        yield attempt_mark(event, attempt)
+                    attempt = event.attempt
                     yield event
                 if events:
                     continue
@@ -296,3 +328,9 @@ class Job:
         finally:
             unwatch_stream()
             unwatch_done()
+
+
+def attempt_mark(event: StreamEvent, previous: int) -> StreamEvent:
+    """The mark of a new attempt, just before its first event ``event``."""
+    data = {"attempt": event.attempt, "previous": previous}
+    return dataclasses.replace(event, kind="attempt", data=data)

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from plunder import config, errors, payload
+from plunder import config, errors, follow, payload
 from plunder.app import App, Job
 from plunder.execution import tune_gc
 from plunder.lanes import Lanes
@@ -539,15 +539,21 @@ def _runs_table(runs: list[Run]) -> Table:
 
 @main.command()
 @click.argument("job_id", type=int)
-@click.option("--follow", is_flag=True, help="Print stream events live until the job ends.")
+@click.option("--follow", is_flag=True, help="Print the job's stream live until it ends.")
+@click.option(
+    "--no-progress",
+    is_flag=True,
+    help="With --follow: no progress status (shown only when stderr is a terminal).",
+)
 @json_option
 @pass_state
-def job(state: State, job_id: int, follow: bool, as_json: bool) -> None:
-    """Show one job and its runs."""
+def job(state: State, job_id: int, follow: bool, no_progress: bool, as_json: bool) -> None:
+    """Show one job and its runs; with --follow, its stream: the text as it is on stdout,
+    progress and attempts on stderr (--json: one JSON object per event)."""
     with user_errors():
         store = state.store()
         if follow:
-            _follow(state, job_id, as_json)
+            _follow(state, job_id, as_json, progress=not no_progress and sys.stderr.isatty())
             return
         record, runs = store.job_get(job_id), store.job_runs(job_id)
         if as_json:
@@ -582,23 +588,15 @@ def _field_line(name: str, value: object) -> Text:
     return Text.assemble(literal(f"{name:>13}", "bold"), "  ", literal(value))
 
 
-def _follow(state: State, job_id: int, as_json: bool) -> None:
+def _follow(state: State, job_id: int, as_json: bool, *, progress: bool) -> None:
     app = App(state.url, **CLI_STORE)
+    shown = follow.Follower(sys.stdout, sys.stderr, progress=progress, as_json=as_json)
     try:
         handle = app.job(job_id)
         for event in handle.stream():
-            if as_json:
-                click.echo(json.dumps(_plain(event), ensure_ascii=False))
-            elif event.kind == "chunk":
-                click.echo(
-                    event.data if isinstance(event.data, str) else json.dumps(event.data), nl=False
-                )
-            else:
-                err.print(literal(f"progress {event.data}", "dim"))
-        final = handle.refresh()
+            shown.event(event)
         if not as_json:
-            click.echo()
-            err.print(f"job {job_id} {final.status.value}")
+            shown.note(f"job {job_id} {handle.refresh().status.value}")
     finally:
         app.close()
 

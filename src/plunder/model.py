@@ -150,12 +150,16 @@ class Failure:
 
 @dataclass(frozen=True, slots=True)
 class StreamEvent:
-    """One chunk or progress report written by a running attempt."""
+    """One chunk or progress report written by a running attempt, or (kind "attempt") the
+    mark that :meth:`plunder.Job.stream` puts before the first event of a new attempt:
+    the previous attempt's events are void from there. A mark is not stored: its
+    ``attempt`` is the new attempt, ``data`` is ``{"attempt": new, "previous": old}``,
+    and its ``seq`` and ``created_at`` are those of the event it precedes."""
 
     job_id: int
     attempt: int
     seq: int
-    kind: str  # "chunk" | "progress"
+    kind: str  # "chunk" | "progress" | "attempt"
     data: Any
     created_at: datetime
 

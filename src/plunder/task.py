@@ -7,6 +7,7 @@ declares a parameter annotated ``plunder.Context``; the worker passes it by name
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import typing
@@ -159,6 +160,15 @@ class Task:
         producer = self._producer()
         make = self.options_.maker(self.name)
         return producer.enqueue_specs([make(*_call_arguments(c)) for c in calls], conn=conn)
+
+    async def enqueue_async(self, *args: Any, **kwargs: Any) -> Any:
+        """``await task.enqueue_async(...)``: :meth:`enqueue` on a thread, so that the
+        caller's event loop runs on while the store is written."""
+        return await asyncio.to_thread(self.enqueue, *args, **kwargs)
+
+    async def enqueue_many_async(self, calls: Iterable[Any]) -> list[Any]:
+        """``await task.enqueue_many_async(calls)``: :meth:`enqueue_many` on a thread."""
+        return await asyncio.to_thread(self.enqueue_many, list(calls))
 
     def enqueue_in(self, conn: Any, *args: Any, **kwargs: Any) -> Any:
         """Enqueue inside the caller's open transaction on ``conn`` (sqlite3 or psycopg):

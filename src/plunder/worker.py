@@ -539,8 +539,8 @@ class Worker(TurnsAhead):
         for handle, outcome in ended:
             self._forgotten(handle)
             handle.flush_stream()
-            if handle.ctx.acknowledged:
-                self._store_result(handle, outcome)
+            if handle.ctx.acknowledged:  # its result committed with its acknowledgement
+                self._after_acknowledged(handle, outcome)
             elif outcome.ok:
                 self._succeeded(handle, outcome.result)
             else:
@@ -563,19 +563,12 @@ class Worker(TurnsAhead):
             build_completion(handle.ctx.claim, result, tuple(handle.ctx.log_lines), None, text)
         )
 
-    def _store_result(self, handle: Handle, outcome: Outcome) -> None:
-        """The task acknowledged itself in ``ctx.transaction()``; keep its return value."""
+    @staticmethod
+    def _after_acknowledged(handle: Handle, outcome: Outcome) -> None:
+        """The task's own transaction acknowledged it; an error after that (a return value
+        other than the committed result) cannot change the job: it is logged."""
         if not outcome.ok:
-            log.error(
-                "job %d raised after its transaction acknowledged it: %r",
-                handle.job.id,
-                outcome.error,
-            )
-            return
-        try:
-            self.store.job_result_set(handle.ctx.claim, outcome.result)
-        except errors.PlunderError as exc:
-            log.error("job %d: could not store its result: %s", handle.job.id, exc)
+            log.error("job %d, acknowledged by its transaction: %s", handle.job.id, outcome.error)
 
     def _acknowledge(self) -> None:
         """Send every result now and wait until they are written or given up."""

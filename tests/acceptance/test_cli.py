@@ -107,6 +107,87 @@ def test_job_follow_prints_the_stream(store_url: str, worker_thread: None) -> No
     assert "succeeded" in result.stderr
 
 
+def _retried_stream(store_url: str) -> int:
+    """A finished job whose first attempt streamed and failed, then its retry streamed."""
+    with worker_in_thread(store_url):
+        job = tasks.flaky_streamer.enqueue(2)
+        assert job.result(timeout=20) == 2
+    return job.id
+
+
+def test_job_follow_prints_clean_text_and_notes_a_new_attempt(store_url: str) -> None:
+    job_id = _retried_stream(store_url)
+    result = plunder(store_url, "job", str(job_id), "--follow")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == (
+        "attempt 1 chunk 0attempt 1 chunk 1\nattempt 2 chunk 0attempt 2 chunk 1\n"
+    )
+    assert result.stderr.splitlines() == [  # stderr is no terminal: no progress
+        "attempt 2 starts over (attempt 1 did not succeed)",
+        f"job {job_id} succeeded",
+    ]
+
+
+def test_job_follow_json_is_one_object_per_event(store_url: str) -> None:
+    job_id = _retried_stream(store_url)
+    result = plunder(store_url, "job", str(job_id), "--follow", "--json")
+    assert result.exit_code == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(e["kind"], e["attempt"]) for e in lines] == [
+        *[("chunk", 1), ("chunk", 1), ("progress", 1)],
+        ("attempt", 2),
+        *[("chunk", 2), ("chunk", 2), ("progress", 2)],
+    ]
+    assert lines[0]["data"] == "attempt 1 chunk 0"
+    assert lines[2]["data"] == {"current": 2, "total": 2}
+    assert lines[3]["data"] == {"attempt": 2, "previous": 1}
+
+
+def _follow_on_a_terminal(url: str, *args: str) -> tuple[str, str]:
+    """``plunder job --follow`` with its stderr on a pseudo-terminal: (stdout, stderr)."""
+    import os
+    import pty
+
+    main_fd, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "plunder", "--db", url, "job", *args, "--follow"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=terminal,
+        stdin=subprocess.DEVNULL,
+    )
+    os.close(terminal)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(main_fd, 4096)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(main_fd)
+    stdout, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, seen
+    return stdout.decode(), seen.decode().replace("\r\n", "\n")
+
+
+def test_job_follow_shows_progress_as_a_status_on_a_terminal(store_url: str) -> None:
+    job_id = _retried_stream(store_url)
+    stdout, stderr = _follow_on_a_terminal(store_url, str(job_id))
+    assert stdout == "attempt 1 chunk 0attempt 1 chunk 1\nattempt 2 chunk 0attempt 2 chunk 1\n"
+    erased = "\b" * len(" [2/2]") + "\x1b[K"
+    assert stderr == (
+        f" [2/2]{erased}attempt 2 starts over (attempt 1 did not succeed)\n"
+        f" [2/2]{erased}job {job_id} succeeded\n"
+    )
+    quiet = _follow_on_a_terminal(store_url, str(job_id), "--no-progress")
+    assert quiet == (
+        stdout,
+        f"attempt 2 starts over (attempt 1 did not succeed)\njob {job_id} succeeded\n",
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

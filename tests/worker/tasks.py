@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import plunder
 
@@ -36,6 +37,41 @@ def effect(ctx: plunder.Context, token: str, seconds: float) -> str:
     with ctx.transaction() as conn:
         conn.execute(sql, (token, os.getpid()))
     return token
+
+
+def _effect_sql() -> str:
+    mark = "?" if app.url.startswith("sqlite") else "%s"
+    return f"INSERT INTO effects (token, pid) VALUES ({mark}, {mark})"
+
+
+@app.task(name="effect_then_return", retries=0)
+def effect_then_return(ctx: plunder.Context, token: str, gate: str) -> dict[str, str]:
+    """Writes a row in its transaction, then returns a value once the file ``gate`` exists
+    (it makes ``gate``.reached first): the value must commit together with the row."""
+    with ctx.transaction() as conn:
+        conn.execute(_effect_sql(), (token, os.getpid()))
+    Path(gate + ".reached").touch()
+    while not Path(gate).exists() and not ctx.wait_cancelled(0.01):
+        pass
+    return {"token": token}
+
+
+@app.task(name="async_effect_then_return", retries=0)
+async def async_effect_then_return(ctx: plunder.Context, token: str, gate: str) -> dict[str, str]:
+    """effect_then_return as an ``async def`` task with ``async with``."""
+    async with ctx.transaction() as conn:
+        await conn.execute(_effect_sql(), (token, os.getpid()))
+    Path(gate + ".reached").touch()
+    while not Path(gate).exists():
+        await asyncio.sleep(0.01)
+    return {"token": token}
+
+
+@app.task(name="returns_other", retries=0)
+def returns_other(ctx: plunder.Context) -> int:
+    with ctx.transaction(result=1):
+        pass
+    return 2
 
 
 @app.task(name="poison", retries=1)
@@ -96,6 +132,18 @@ def streamer(ctx: plunder.Context, n: int) -> int:
         if i % 10 == 0:
             ctx.progress(i, n)
     ctx.logger.info("streamed %d chunks", n)
+    return n
+
+
+@app.task(name="flaky_streamer", retries=1, backoff_base=0.01)
+def flaky_streamer(ctx: plunder.Context, n: int) -> int:
+    """Streams ``n`` chunks on each attempt; the first attempt then fails."""
+    for i in range(n):
+        ctx.stream(f"attempt {ctx.attempt} chunk {i}")
+    ctx.progress(n, n)
+    ctx.flush()
+    if ctx.attempt == 1:
+        raise RuntimeError("the first attempt fails")
     return n
 
 

@@ -309,8 +309,6 @@ class Store(Protocol):
         """A write transaction on a driver connection, for a task's own writes."""
         ...
 
-    def job_result_set(self, claim: Claim, result: Any) -> bool: ...
-
     def job_exchange_many(
         self,
         completions: Sequence[Completion],

@@ -33,7 +33,6 @@ INDEX_PLANNED = frozenset(
         "run_mark_stale",
         "job_claim_state",
         "job_check_claim",
-        "job_result_set",
         "session_running",
     }
 )

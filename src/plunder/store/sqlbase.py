@@ -35,7 +35,6 @@ from plunder.model import (
 from plunder.states import Outcome, Status
 from plunder.store import convert
 from plunder.store.engine import (
-    CHANNEL_DONE,
     CHANNEL_STREAM,
     MAX_BATCH,
     MAX_ENQUEUE,
@@ -575,20 +574,6 @@ class SQLStore(Maintenance, Reads):
         """The transaction under :meth:`transaction`; a driver may bound it differently
         from its own calls."""
         return self._transaction(write=True)
-
-    def job_result_set(self, claim: Claim, result: Any) -> bool:
-        """Store the result of a job that its own transaction already acknowledged; fenced
-        by the claim that acknowledged it."""
-        text = payload.encode(result, what=f"result of job {claim.job_id}")
-
-        def op(tx: Tx) -> Row | None:
-            row = tx.one("job_result_set", **convert.claim_row(claim), result=text)
-            if row is not None:
-                self._notify(tx, CHANNEL_DONE, [str(claim.job_id)])
-            return row
-
-        row = self._run(op)
-        return row is not None
 
     def job_complete_many(
         self, completions: Sequence[Completion], *, now: Now = None, conn: Any = None

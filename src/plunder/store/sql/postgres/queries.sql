@@ -445,14 +445,6 @@ told AS (
 )
 SELECT done.id FROM done WHERE (SELECT count(*) FROM told) >= 0;
 
--- name: job_result_set
--- The result of a job whose own transaction acknowledged it (Context.transaction), fenced
--- by the claim that did.
-UPDATE plunder_jobs SET result = %(result)s
-WHERE id = %(job_id)s AND attempt = %(attempt)s AND session_id = %(session_id)s
-  AND status = 'succeeded'
-RETURNING id;
-
 -- name: job_fail
 -- batch. Fenced like job_complete. Retried (back to pending after delay seconds) when
 -- retry is true and attempts remain; otherwise the job ends in final_status.

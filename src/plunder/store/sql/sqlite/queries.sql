@@ -279,14 +279,6 @@ SELECT :attempt, :claim_session, :job_id, :logs, :result WHERE 0;
 -- As job_insert_notify: job_complete as it is, never sent.
 /* include: job_complete */;
 
--- name: job_result_set
--- The result of a job whose own transaction acknowledged it (Context.transaction), fenced
--- by the claim that did.
-UPDATE plunder_jobs SET result = :result
-WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
-  AND status = 'succeeded'
-RETURNING id;
-
 -- name: job_fail
 -- batch. Fenced like job_complete. Retried (back to pending after :delay seconds) when
 -- :retry is true and attempts remain; otherwise the job ends in :final_status.

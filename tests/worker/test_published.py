@@ -18,8 +18,15 @@ def test_enqueue_by_name_takes_the_options_the_worker_published(
     """slow_llm is declared queue="llm", timeout=1, retries=0. A producer that never
     registered it enqueues it by name: the job goes to the llm queue, which the worker
     (``-q llm``) serves, and times out after one attempt instead of running 3 s."""
-    proc = workers.start("-q", "llm")
+    proc = workers.start("-q", "llm", "-c", "2")
     wait_for(lambda: session_of(store, proc.pid), what="the worker's session")
+
+    def free_slots() -> int:
+        (session,) = [s for s in store.session_list() if s.pid == proc.pid]
+        assert "slow_llm" in session.tasks and session.queues == ("llm",)
+        return session.free_slots
+
+    assert free_slots() == 2
     producer = plunder.App(store_url)
     try:
         assert "slow_llm" not in producer.registry
@@ -27,6 +34,8 @@ def test_enqueue_by_name_takes_the_options_the_worker_published(
         record = job.record
         assert (record.queue, record.timeout, record.max_attempts) == ("llm", 1.0, 1)
         assert record.priority == 3
+        # its heartbeats record the slot the job takes
+        wait_for(lambda: free_slots() == 1, what="one slot taken")
         assert job.wait(timeout=20).status == Status.TIMED_OUT
         assert [run.outcome.value for run in job.runs if run.outcome] == ["timed_out"]
 

@@ -8,14 +8,15 @@ import dataclasses
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Sequence
+from dataclasses import replace
 from typing import Any, overload
 
-from plunder import config, errors
+from plunder import config, errors, payload
 from plunder.hub import Hub
 from plunder.model import JobRecord, JobSpec, Run, StreamEvent
 from plunder.states import Status, is_terminal
 from plunder.store import Store, open_store
-from plunder.task import Options, Registry, Task, make_task
+from plunder.task import Options, Registry, Task, make_task, published_options
 
 
 class App:
@@ -168,15 +169,17 @@ class App:
         kwargs: dict[str, Any] | None = None,
         *,
         conn: Any = None,
+        allow_unregistered: bool = False,
         **options: Any,
     ) -> Job:
-        """Enqueue by task name, without the task's code (the producer need not import it)."""
-        base = self.registry.get(task).options_ if task in self.registry else Options()
+        """Enqueue by task name, without the task's code (the producer need not import it),
+        with the task's own options (see :meth:`task_options`); ``options`` override them."""
         unknown = set(options) - set(Options.__dataclass_fields__)
         if unknown:
             raise TypeError(f"unknown job option(s): {', '.join(sorted(unknown))}")
-        from dataclasses import replace
-
+        if "queue" in options:  # a bad queue is the mistake to name, even for a bad task
+            payload.check_queue(options["queue"])
+        base = self.task_options(task, allow_unregistered=allow_unregistered)
         spec = replace(base, **options).spec(task, args, kwargs or {})
         return self.enqueue_specs([spec], conn=conn)[0]
 
@@ -190,6 +193,23 @@ class App:
         """``await app.enqueue_async(name, ...)``: :meth:`enqueue` on a thread, so that the
         caller's event loop runs on while the store is written."""
         return await asyncio.to_thread(self.enqueue, task, args, kwargs, **options)
+
+    def task_options(self, task: str, *, allow_unregistered: bool = False) -> Options:
+        """The options of the task named ``task``: as registered with this app, else as the
+        last worker serving it published them when its session opened. UnknownTask when no
+        worker ever published it, unless ``allow_unregistered`` (then the defaults)."""
+        task = payload.check_task(task)
+        if task in self.registry:
+            return self.registry.get(task).options_
+        published = self.store.task_get(task)
+        if published is not None:
+            return published_options(published)
+        if allow_unregistered:
+            return Options()
+        raise errors.UnknownTask(
+            f"no worker has registered a task named {task!r}: start a worker that serves "
+            "it, or enqueue it anyway with allow_unregistered=True (--unregistered)"
+        )
 
     def job(self, job_id: int) -> Job:
         """A handle on an existing job (JobNotFound if there is none)."""

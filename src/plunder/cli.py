@@ -27,7 +27,7 @@ from plunder import config, errors, follow, payload
 from plunder.app import App, Job
 from plunder.execution import tune_gc
 from plunder.lanes import Lanes
-from plunder.model import JobRecord, Run
+from plunder.model import JobRecord, Run, Unrunnable
 from plunder.store import Store, open_store
 from plunder.worker import Worker, WorkerOptions
 
@@ -339,31 +339,37 @@ def janitor(state: State, /, **intervals: float | None) -> None:
 @main.command()
 @click.argument("task")
 @click.argument("args_json", required=False, default="[]")
-@click.option("--queue", default="default", show_default=True)
-@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
-@click.option("--delay", type=float, default=0.0, help="Seconds before it may run.")
+@click.option("--queue", default=None, help="Default: the task's own.")
+@click.option("--priority", type=int, default=None, help="Higher runs first.")
+@click.option("--delay", type=float, default=None, help="Seconds before it may run.")
 @click.option("--key", default=None, help="Idempotency key: one active job per key.")
-@click.option("--retries", type=click.IntRange(0, 999), default=3, show_default=True)
+@click.option("--retries", type=click.IntRange(0, 999), default=None)
 @click.option("--timeout", type=float, default=None, help="Seconds a run may take.")
+@click.option(
+    "--unregistered",
+    is_flag=True,
+    help="Enqueue even if no worker ever registered TASK (with default options).",
+)
 @click.option("--wait", is_flag=True, help="Wait for the result and print it.")
 @click.option("--wait-timeout", type=float, default=None, help="Give up waiting after this.")
 @json_option
 @pass_state
 def enqueue(
     state: State,
+    /,
     task: str,
     args_json: str,
-    queue: str,
-    priority: int,
-    delay: float,
-    key: str | None,
-    retries: int,
-    timeout: float | None,
+    unregistered: bool,
     wait: bool,
     wait_timeout: float | None,
     as_json: bool,
+    **flags: Any,
 ) -> None:
-    """Enqueue TASK with ARGS_JSON: a JSON list (positional) or object (keyword)."""
+    """Enqueue TASK with ARGS_JSON: a JSON list (positional) or object (keyword).
+
+    The job takes the task's own options (queue, retries, timeout, …) as its workers
+    published them; the flags given override them. A task no worker ever registered is
+    refused unless --unregistered."""
     with user_errors():
         value = payload.parse(args_json, what="ARGS_JSON")
         if isinstance(value, list):
@@ -372,19 +378,10 @@ def enqueue(
             args, kwargs = [], value
         else:
             raise errors.PayloadError("ARGS_JSON must be a JSON list or object")
+        options = {name: v for name, v in flags.items() if v is not None}
         app = App(state.url, **CLI_STORE)
         try:
-            job = app.enqueue(
-                task,
-                args,
-                kwargs,
-                queue=queue,
-                priority=priority,
-                delay=delay,
-                key=key,
-                retries=retries,
-                timeout=timeout,
-            )
+            job = app.enqueue(task, args, kwargs, allow_unregistered=unregistered, **options)
             result = _wait(job, wait_timeout) if wait else None
             record = job.refresh()
         finally:
@@ -406,18 +403,22 @@ def _wait(job: Job, timeout: float | None) -> Any:
 @json_option
 @pass_state
 def status(state: State, as_json: bool) -> None:
-    """Queues, live workers and the janitor's holder."""
+    """Queues, live workers, the janitor's holder, and the pending jobs no live worker
+    can run (none serves both their queue and their task), by task."""
     from plunder.janitor import LEASE_NAME
 
     with user_errors():
         store = state.store()
-        stats, sessions, lease = (
+        stats, sessions, lease, unrunnable = (
             store.queue_stats(),
             store.session_list(),
             store.lease_get(LEASE_NAME),
+            store.job_unrunnable(),
         )
         if as_json:
-            emit_json({"queues": stats, "workers": sessions, "janitor": lease})
+            emit_json(
+                {"queues": stats, "workers": sessions, "janitor": lease, "unrunnable": unrunnable}
+            )
             return
         table = Table(title="queues")
         for column in (
@@ -457,6 +458,17 @@ def status(state: State, as_json: bool) -> None:
         out.print(workers)
         holder = "none" if lease is None else f"{lease.holder} (term {lease.term})"
         out.print(literal(f"janitor lease: {holder}"))
+        if unrunnable:
+            _print_unrunnable(unrunnable)
+
+
+def _print_unrunnable(rows: list[Unrunnable]) -> None:
+    table = Table(title="pending jobs no live worker can run")
+    for column in ("task", "queue", "pending"):
+        table.add_column(column, justify="right" if column == "pending" else "left")
+    for row in rows:
+        table.add_row(literal(row.task), literal(row.queue), str(row.pending))
+    out.print(table)
 
 
 def _job_row(job: JobRecord) -> list[str]:

@@ -42,11 +42,12 @@ class Liveness:
         claims: Callable[[], list[Claim]],
         stop: Callable[[Sequence[Claim]], None],
         lost: Callable[[], None],
+        free: Callable[[], int] | None = None,
     ) -> None:
         """``session()``: the session to keep (None while there is none); ``quiet()``: no
         heartbeat now (the session is lost already, or being closed); ``claims()``: the
-        claims the worker holds. ``stop`` and ``lost`` are called with what a heartbeat or
-        the watchdog found."""
+        claims the worker holds; ``free()``: its free slots, recorded with each heartbeat.
+        ``stop`` and ``lost`` are called with what a heartbeat or the watchdog found."""
         self.store = store
         self.settings = settings
         self._session = session
@@ -54,6 +55,7 @@ class Liveness:
         self._claims = claims
         self._stop = stop
         self._lost = lost
+        self._free = free
         self._lock = threading.Lock()
         self._unknown: set[Claim] = set()  # reported, not yet looked at
         self._unknown_at = 0.0  # when a report last came in (time.monotonic())
@@ -149,7 +151,11 @@ class Liveness:
         while True:
             sent = time.monotonic()
             try:
-                return self.store.session_heartbeat(session_id, claims, conn=connection), sent
+                free = None if self._free is None else self._free()
+                beat = self.store.session_heartbeat(
+                    session_id, claims, free_slots=free, conn=connection
+                )
+                return beat, sent
             except errors.StoreBusy:
                 wait = backoff.next_wait()
                 lost = getattr(connection, "closed", False) or getattr(connection, "broken", False)

@@ -251,6 +251,31 @@ class Session:
     started_at: datetime
     heartbeat_at: datetime
     expires_at: datetime
+    tasks: tuple[str, ...] = ()  # the tasks its worker runs
+    free_slots: int = 0  # as of its last heartbeat
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInfo:
+    """A task as a worker publishes it when its session opens: its queue, its pool and
+    its other enqueue options (JSON values by option name). What an enqueue by name takes
+    in a process that does not have the task's code."""
+
+    name: str
+    queue: str
+    pool: str
+    options: dict[str, Any]
+    session_id: str | None = None  # the session that published it (read back)
+    published_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unrunnable:
+    """Pending jobs of one task and queue that no live session can run: none lists both."""
+
+    task: str
+    queue: str
+    pending: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from plunder import errors, payload
 from plunder.context import Context
-from plunder.model import JobSpec, positional_builder
+from plunder.model import JobSpec, TaskInfo, positional_builder
 
 POOLS = ("thread", "process")
 # JobSpec(*values), fields in declaration order: an enqueue makes one per job
@@ -214,6 +214,24 @@ def make_task(
     )
 
 
+def task_info(task: Task) -> TaskInfo:
+    """The task as its workers publish it: its queue, its pool and its other options."""
+    options = task.options_
+    return TaskInfo(
+        task.name,
+        options.queue,
+        task.pool,
+        {name: getattr(options, name) for name in Options.__dataclass_fields__ if name != "queue"},
+    )
+
+
+def published_options(info: TaskInfo) -> Options:
+    """The options a worker published for a task, as this plunder knows them (an option it
+    does not know, from a newer worker, is left out; one it lacks takes its default)."""
+    known = set(Options.__dataclass_fields__) - {"queue"}
+    return Options(queue=info.queue, **{k: v for k, v in info.options.items() if k in known})
+
+
 class Registry:
     """Task name -> Task."""
 
@@ -234,6 +252,10 @@ class Registry:
 
     def names(self) -> list[str]:
         return sorted(self._tasks)
+
+    def infos(self) -> list[TaskInfo]:
+        """Every task as its workers publish it, by name."""
+        return [task_info(self._tasks[name]) for name in sorted(self._tasks)]
 
     def queues(self) -> list[str]:
         return sorted({t.options_.queue for t in self._tasks.values()})

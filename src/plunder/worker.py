@@ -184,6 +184,7 @@ class Worker(TurnsAhead):
                 claims, "cancelled, timed out or re-claimed elsewhere"
             ),
             lost=self._lose_session,
+            free=self._free_slots,
         )
         self._services_stop = threading.Event()
         self._services: list[threading.Thread] = []
@@ -214,6 +215,13 @@ class Worker(TurnsAhead):
             raise
         finally:
             self._close()
+
+    def _free_slots(self) -> int:
+        """The slots free for new jobs (none once stopping), as the session records them
+        at each heartbeat: from any thread."""
+        if self._stop.is_set():
+            return 0
+        return max(0, self.options.concurrency - len(self._running))
 
     def _ready_turns(self) -> None:
         """The turns' statement prepared on the connections the pipe will hold, before the
@@ -260,6 +268,8 @@ class Worker(TurnsAhead):
                     pid=os.getpid(),
                     queues=self.queues,
                     expiry=self.settings.session_expiry,
+                    tasks=self.app.registry.infos(),
+                    free_slots=self._free_slots(),
                 )
                 self._liveness.last_beat = time.monotonic()  # before the watchdog sees it
                 self.session = session

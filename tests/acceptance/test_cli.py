@@ -60,6 +60,7 @@ def test_enqueue_list_show_cancel_retry_with_json(store_url: str) -> None:
         "5",
         "--key",
         "k1",
+        "--unregistered",
         "--json",
     )
     assert made.exit_code == 0, made.stderr
@@ -67,11 +68,15 @@ def test_enqueue_list_show_cancel_retry_with_json(store_url: str) -> None:
     assert job["task"] == "add" and job["args"] == [2, 3] and job["queue"] == "math"
     same = json.loads(
         plunder(
-            store_url, "enqueue", "add", "[9, 9]", "--key", "k1", "--queue", "math", "--json"
+            store_url,
+            *("enqueue", "add", "[9, 9]", "--key", "k1", "--queue", "math"),
+            *("--unregistered", "--json"),
         ).stdout
     )
     assert same["id"] == job["id"]
-    kw = json.loads(plunder(store_url, "enqueue", "add", '{"a": 1, "b": 2}', "--json").stdout)
+    kw = json.loads(
+        plunder(store_url, "enqueue", "add", '{"a": 1, "b": 2}', "--unregistered", "--json").stdout
+    )
     assert kw["kwargs"] == {"a": 1, "b": 2}
     listed = json.loads(plunder(store_url, "jobs", "--json").stdout)
     assert [j["id"] for j in listed["jobs"]] == [kw["id"], job["id"]]
@@ -97,6 +102,54 @@ def test_enqueue_wait_prints_the_result(store_url: str, worker_thread: None) -> 
     assert result.stdout.strip() == "42"
     failed = plunder(store_url, "enqueue", "fails", '["key"]', "--wait", "--wait-timeout", "20")
     assert "KeyError" in one_line_error(failed)
+
+
+def test_enqueue_refuses_a_task_no_worker_ever_registered(store_url: str) -> None:
+    refused = one_line_error(plunder(store_url, "enqueue", "nobody.runs", "[1]"))
+    assert "no worker has registered a task named 'nobody.runs'" in refused
+    assert "--unregistered" in refused
+    assert json.loads(plunder(store_url, "jobs", "--json").stdout)["jobs"] == []
+    made = plunder(store_url, "enqueue", "nobody.runs", "[1]", "--unregistered", "--json")
+    assert made.exit_code == 0, made.stderr
+    job = json.loads(made.stdout)  # the defaults: nothing says otherwise
+    assert (job["queue"], job["max_attempts"], job["timeout"]) == ("default", 4, None)
+
+
+def test_enqueue_takes_the_published_options_and_flags_override_them(
+    store_url: str, worker_thread: None
+) -> None:
+    """This process's CLI has no task code: the options come from what the worker
+    published when its session opened (slow_llm: queue llm, timeout 1, retries 0)."""
+    made = plunder(store_url, "enqueue", "slow_llm", "[0]", "--json")
+    assert made.exit_code == 0, made.stderr
+    job = json.loads(made.stdout)
+    assert (job["queue"], job["timeout"], job["max_attempts"]) == ("llm", 1.0, 1)
+    assert job["priority"] == 3
+    flags = ("--queue", "other", "--timeout", "5", "--retries", "2", "--priority", "0")
+    made = plunder(store_url, "enqueue", "slow_llm", "[0]", *flags, "--json")
+    assert made.exit_code == 0, made.stderr
+    job = json.loads(made.stdout)
+    assert (job["queue"], job["timeout"], job["max_attempts"]) == ("other", 5.0, 3)
+    assert job["priority"] == 0
+
+
+def test_status_shows_pending_jobs_no_live_worker_can_run(
+    store_url: str, worker_thread: None
+) -> None:
+    for args in (
+        ("nobody.runs", "[1]", "--unregistered"),
+        ("nobody.runs", "[2]", "--unregistered"),
+        ("add", "[1, 2]", "--queue", "nowhere"),  # a task the worker runs, not its queue
+    ):
+        assert plunder(store_url, "enqueue", *args).exit_code == 0
+    status = json.loads(plunder(store_url, "status", "--json").stdout)
+    assert status["unrunnable"] == [
+        {"task": "add", "queue": "nowhere", "pending": 1},
+        {"task": "nobody.runs", "queue": "default", "pending": 2},
+    ]
+    human = plunder(store_url, "status")
+    assert human.exit_code == 0 and "no live worker can run" in human.stdout
+    assert "nobody.runs" in human.stdout
 
 
 def test_job_follow_prints_the_stream(store_url: str, worker_thread: None) -> None:

@@ -185,7 +185,7 @@ def seeded_url(store_url: str) -> str:
                 JobSpec("hostile.echo", ["done"], queue="alpha"),
             ]
         )
-        session = open_session(store, queues=["alpha"])
+        session = open_session(store, queues=["alpha"], tasks=["hostile.echo"])
         (job,) = claim(store, session, tasks=["hostile.echo"], queues=["alpha"])
         assert complete(store, job.claim, {"ok": True})
     finally:
@@ -264,8 +264,8 @@ def test_hostile_task_names_are_refused_everywhere(
 
 def test_wildcard_names_match_literally(hostile_app: plunder.App) -> None:
     store = hostile_app.store
-    under = hostile_app.enqueue("_", [1], queue="a_b")
-    other = hostile_app.enqueue("x", [2], queue="a1b")
+    under = hostile_app.enqueue("_", [1], queue="a_b", allow_unregistered=True)
+    other = hostile_app.enqueue("x", [2], queue="a1b", allow_unregistered=True)
     assert store.job_get(under.id).task == "_"
     assert [j.id for j in store.job_list(task="_").jobs] == [under.id]
     assert [j.id for j in store.job_list(queue="a_b").jobs] == [under.id]
@@ -738,7 +738,7 @@ def test_cli_stores_odd_but_legal_input_exactly(seeded_url: str) -> None:
     assert nul["args"] == ["a\x00b", {"\x00": 1}]
     big = "x" * 130_000  # an argument is at most 128 KiB
     assert cli_json(cli(seeded_url, "enqueue", E, json.dumps([big]), "--json"))["args"] == [big]
-    under = cli_json(cli(seeded_url, "enqueue", "_", "[]", "--json"))
+    under = cli_json(cli(seeded_url, "enqueue", "_", "[]", "--unregistered", "--json"))
     assert under["task"] == "_"
     listed = cli_json(cli(seeded_url, "jobs", "--task", "_", "--json"))
     assert [j["id"] for j in listed["jobs"]] == [under["id"]]

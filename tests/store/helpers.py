@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from plunder.model import Claim, Completion, JobRecord, JobSpec, Session
+from plunder.model import Claim, Completion, JobRecord, JobSpec, Session, TaskInfo
 from plunder.store import Store
 
 
@@ -17,10 +17,22 @@ def open_session(
     queues: Sequence[str] = ("default",),
     expiry: float = 30.0,
     name: str = "worker-1",
+    tasks: Sequence[str] = ("t",),
+    free_slots: int = 4,
     now: datetime | None = None,
 ) -> Session:
+    """A session as a worker opens one: serving ``tasks`` (published on its first queue)
+    with ``free_slots``."""
+    queue = queues[0] if queues else "default"
     return store.session_open(
-        name=name, host="host-a", pid=4242, queues=list(queues), expiry=expiry, now=now
+        name=name,
+        host="host-a",
+        pid=4242,
+        queues=list(queues),
+        expiry=expiry,
+        tasks=[TaskInfo(task, queue, "thread", {}) for task in tasks],
+        free_slots=free_slots,
+        now=now,
     )
 
 

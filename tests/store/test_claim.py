@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from plunder import errors
-from plunder.model import ErrorInfo, Failure, JobSpec
+from plunder.model import ErrorInfo, Failure, JobRecord, JobSpec, Session
 from plunder.states import Status
 from plunder.store import Store
 from tests.store.helpers import claim, enqueue, later, open_session
@@ -108,6 +108,43 @@ def test_the_worker_that_failed_a_job_takes_it_when_no_other_is_live(store: Stor
     store.job_fail_many([Failure(got.claim, ErrorInfo("E", "boom"), retry_delay=0)])
     (again,) = claim(store, first)
     assert again.attempt == 2
+
+
+def _failed_by(store: Store, first: Session) -> JobRecord:
+    """A job that ``first`` claimed and failed, pending again at once."""
+    (got,) = claim(store, first)
+    store.job_fail_many([Failure(got.claim, ErrorInfo("E", "boom"), retry_delay=0)])
+    return got
+
+
+def test_a_failed_job_is_not_left_to_a_worker_that_cannot_run_its_task(store: Store) -> None:
+    """Another live session serves the queue but not the task: the job would wait for it
+    for ever, so the session that failed it takes it again at once."""
+    enqueue(store, JobSpec("t", max_attempts=3))
+    first = open_session(store, name="first")
+    open_session(store, name="other", tasks=["u"])  # the queue, not the task
+    job = _failed_by(store, first)
+    (again,) = claim(store, first)
+    assert again.id == job.id and again.attempt == 2
+
+
+def test_a_failed_job_is_not_left_to_a_worker_with_no_free_slot(store: Store) -> None:
+    """Another live session runs the task but has no free slot (as its last heartbeat
+    said): the session that failed the job takes it at once; once the other has room again,
+    the job is left to it."""
+    enqueue(store, JobSpec("t", max_attempts=5))
+    first = open_session(store, name="first")
+    busy = open_session(store, name="busy", free_slots=0)
+    _failed_by(store, first)
+    (again,) = claim(store, first)
+    assert again.attempt == 2
+    store.job_fail_many([Failure(again.claim, ErrorInfo("E", "boom"), retry_delay=0)])
+    assert store.session_heartbeat(busy.id, free_slots=3).alive
+    assert claim(store, first) == []  # left to the session with room
+    assert [s.free_slots for s in store.session_list() if s.id == busy.id] == [3]
+    assert store.session_heartbeat(busy.id, free_slots=0).alive
+    (third,) = claim(store, first)
+    assert third.attempt == 3
 
 
 def test_claiming_with_no_tasks_or_queues_claims_nothing(store: Store) -> None:

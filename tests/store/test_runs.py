@@ -252,15 +252,25 @@ def test_an_attempt_running_across_the_upgrade_keeps_its_worker(
     try:
         assert old.migrate(fresh_schema=False) == 5
         (job,) = enqueue(old, JobSpec("t"))
-        session = open_session(old)
     finally:
         old.close()
     now = "(julianday('now') - 2440587.5) * 86400.0" if backend == "sqlite" else "now()"
+    # a session as version 5 wrote it (today's session_open names later columns)
+    queues = '["default"]' if backend == "sqlite" else "{default}"
+    expires = f"{now} + " + ("30" if backend == "sqlite" else "interval '30 seconds'")
+    sql(
+        empty_url,
+        "INSERT INTO plunder_sessions (id, name, host, pid, queues, expiry, started_at, "
+        f"heartbeat_at, expires_at) VALUES ('s5', 'worker-1', 'host-a', 4242, ?, 30, {now}, "
+        f"{now}, {expires})",
+        queues,
+    )
+    session_id = "s5"
     sql(
         empty_url,
         f"UPDATE plunder_jobs SET status = 'running', attempt = 1, session_id = ?, "
         f"started_at = {now} WHERE id = ?",
-        session.id,
+        session_id,
         job.id,
     )
     sql(empty_url, OPEN_ROW, job.id)
@@ -268,8 +278,8 @@ def test_an_attempt_running_across_the_upgrade_keeps_its_worker(
     store = open_store(empty_url)
     try:
         assert store.migrate() == len(every)
-        assert complete(store, Claim(job.id, 1, session.id), "ok")
-        store.session_close(session.id)
+        assert complete(store, Claim(job.id, 1, session_id), "ok")
+        store.session_close(session_id)
         (run,) = store.job_runs(job.id)
         assert (run.outcome, run.worker, run.host, run.pid) == (
             Outcome.SUCCEEDED,

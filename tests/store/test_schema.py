@@ -284,8 +284,20 @@ def test_the_sqlite_rebuild_keeps_every_row_id_and_reference(
         assert old.migrate(fresh_schema=False) == 7
         specs = [JobSpec("t", [i]) for i in range(4)] + [JobSpec("t", key="k"), JobSpec("t")]
         jobs = old.job_enqueue_many(specs)
-        session = old.session_open(name="w", host="h", pid=1, queues=["default"], expiry=60)
-        claimed = old.job_claim_many(session.id, queues=["default"], tasks=["t"], limit=3)
+        # a session and its claims as version 7 wrote them (today's session_open and claim
+        # name the columns of later versions)
+        execute(
+            empty_url,
+            "INSERT INTO plunder_sessions (id, name, host, pid, queues, expiry, started_at, "
+            "heartbeat_at, expires_at) VALUES ('s7', 'w', 'h', 1, '[\"default\"]', 60, "
+            "1e9, 1e9, 1e10)",
+        )
+        execute(
+            empty_url,
+            "UPDATE plunder_jobs SET status = 'running', attempt = 1, session_id = 's7', "
+            f"started_at = 1e9 WHERE id <= {jobs[2].id}",
+        )
+        claimed = [old.job_get(job.id) for job in jobs[:3]]
         old.job_complete_many([Completion(claimed[0].claim, "done")])
         old.job_fail_many([Failure(claimed[1].claim, ErrorInfo("E", "bad"), retry_delay=None)])
         old.stream_append(claimed[2].claim, [("chunk", "a"), ("progress", {"current": 1})])

@@ -118,6 +118,8 @@ def worker_in_thread(
     thread = threading.Thread(target=running.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
+        # started: its session is open and its tasks published (enqueues by name need them)
+        wait_for(lambda: running.session is not None or not thread.is_alive(), what="a session")
         yield running
     finally:
         running.stop()

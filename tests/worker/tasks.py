@@ -125,6 +125,13 @@ def thread_slow(ctx: plunder.Context) -> str:
     return "late"
 
 
+@app.task(name="slow_llm", queue="llm", timeout=1, retries=0, priority=3)
+def slow_llm(ctx: plunder.Context, seconds: float) -> str:
+    """Enqueued by name from processes that do not import it (tests of published options)."""
+    ctx.wait_cancelled(seconds)
+    return "cancelled" if ctx.cancelled else "slept"
+
+
 @app.task(name="streamer")
 def streamer(ctx: plunder.Context, n: int) -> int:
     for i in range(n):

@@ -38,6 +38,8 @@ from plunder.model import (
     Session,
     StreamEvent,
     SweepResult,
+    TaskInfo,
+    Unrunnable,
 )
 
 Now = datetime | None
@@ -262,12 +264,28 @@ class Store(Protocol):
         pid: int,
         queues: Sequence[str],
         expiry: float,
+        tasks: Sequence[TaskInfo] = (),
+        free_slots: int = 0,
         now: Now = None,
-    ) -> Session: ...
+    ) -> Session:
+        """A new live session of a worker serving ``queues`` and ``tasks``, with
+        ``free_slots``; the tasks are published (:meth:`task_get`) in the same transaction,
+        each replacing what an earlier session published under its name."""
+        ...
 
     def session_heartbeat(
-        self, session_id: str, running: Sequence[Claim] = (), *, now: Now = None, conn: Any = None
-    ) -> Heartbeat: ...
+        self,
+        session_id: str,
+        running: Sequence[Claim] = (),
+        *,
+        free_slots: int | None = None,
+        now: Now = None,
+        conn: Any = None,
+    ) -> Heartbeat:
+        """Extend the session and record its ``free_slots`` (None: unchanged): a job this
+        session failed is left to another session only while one that runs its queue and
+        task has a free slot."""
+        ...
 
     def notifications(
         self, *, listen: bool, application_name: str, statement_timeout: float | None = None
@@ -392,5 +410,18 @@ class Store(Protocol):
     ) -> list[StreamEvent]: ...
 
     def session_list(self, *, now: Now = None) -> list[Session]: ...
+
+    def task_get(self, name: str) -> TaskInfo | None:
+        """The task as the last worker serving it published it; None if none ever did."""
+        ...
+
+    def task_list(self) -> list[TaskInfo]:
+        """Every task a worker ever published, by name."""
+        ...
+
+    def job_unrunnable(self, *, now: Now = None) -> list[Unrunnable]:
+        """Pending jobs that no live session can run (none lists both their queue and
+        their task), counted by task and queue."""
+        ...
 
     def queue_stats(self, *, now: Now = None) -> list[QueueStats]: ...

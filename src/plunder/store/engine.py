@@ -566,6 +566,8 @@ class Engine(ABC):
             started_at=self._time(row["started_at"]),
             heartbeat_at=self._time(row["heartbeat_at"]),
             expires_at=self._time(row["expires_at"]),
+            tasks=tuple(self._list_out(row["tasks"])),
+            free_slots=int(row["free_slots"]),
         )
 
     def _lease(self, row: Row) -> Lease:

@@ -1,9 +1,19 @@
-"""Reads for people and for waiters: jobs, runs, streams, sessions, queue stats."""
+"""Reads for people and for waiters: jobs, runs, streams, sessions, published tasks, queue
+stats."""
 
 from __future__ import annotations
 
 from plunder import errors, payload
-from plunder.model import JobPage, JobRecord, QueueStats, Run, Session, StreamEvent
+from plunder.model import (
+    JobPage,
+    JobRecord,
+    QueueStats,
+    Run,
+    Session,
+    StreamEvent,
+    TaskInfo,
+    Unrunnable,
+)
 from plunder.states import Status
 from plunder.store import convert
 from plunder.store.engine import Engine, Now, Row, Tx
@@ -33,6 +43,35 @@ class Reads(Engine):
     def session_list(self, *, now: Now = None) -> list[Session]:
         rows = self._run(lambda tx: tx.all("session_list", now=tx.clock(now)), write=False)
         return [self._session(row) for row in rows]
+
+    def task_get(self, name: str) -> TaskInfo | None:
+        """The task as the last worker serving it published it; None if none ever did."""
+        try:
+            name = payload.check_task(name)
+        except errors.InvalidName:
+            return None  # no worker could have published it (see _could_name_a_job)
+        row = self._run(lambda tx: tx.one("task_get", name=name), write=False)
+        return None if row is None else self._task(row)
+
+    def task_list(self) -> list[TaskInfo]:
+        """Every task a worker ever published, by name."""
+        return [self._task(row) for row in self._run(lambda tx: tx.all("task_list"), write=False)]
+
+    def _task(self, row: Row) -> TaskInfo:
+        return TaskInfo(
+            name=str(row["name"]),
+            queue=str(row["queue"]),
+            pool=str(row["pool"]),
+            options=dict(payload.decode(row["options"])),
+            session_id=str(row["session_id"]),
+            published_at=self._time(row["published_at"]),
+        )
+
+    def job_unrunnable(self, *, now: Now = None) -> list[Unrunnable]:
+        """Pending jobs that no live session can run (none lists both their queue and their
+        task), counted by task and queue."""
+        rows = self._run(lambda tx: tx.all("job_unrunnable", now=tx.clock(now)), write=False)
+        return [Unrunnable(str(r["task"]), str(r["queue"]), int(r["n"])) for r in rows]
 
     def stream_read(self, job_id: int, *, after: int = 0, limit: int = 1000) -> list[StreamEvent]:
         job_id = convert.job_id(job_id)

@@ -12,7 +12,6 @@ run that ends otherwise, written once, as it ends (run_close).
 from __future__ import annotations
 
 import functools
-import secrets
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
@@ -26,10 +25,8 @@ from plunder.model import (
     ErrorInfo,
     Exchange,
     Failure,
-    Heartbeat,
     JobRecord,
     JobSpec,
-    Session,
     build_job,
 )
 from plunder.states import Outcome, Status
@@ -46,6 +43,7 @@ from plunder.store.engine import (
 )
 from plunder.store.maintenance import Maintenance
 from plunder.store.reads import Reads
+from plunder.store.sessions import Sessions
 
 __all__ = ["Row", "SQLStore"]
 
@@ -58,7 +56,7 @@ Claimed = tuple[list[str], list[Sequence[Any]]]  # a claim's column names and ro
 CLAIM_LEVELS = 16
 
 
-class SQLStore(Maintenance, Reads):
+class SQLStore(Maintenance, Reads, Sessions):
     """Every operation of :class:`plunder.store.base.Store`, over named queries."""
 
     # -- producers ------------------------------------------------------------------------
@@ -325,86 +323,7 @@ class SQLStore(Maintenance, Reads):
             f"cannot {action} job {job_id}: it is {current['status']}; {rule}"
         )
 
-    # -- sessions -------------------------------------------------------------------------
-    def session_open(
-        self,
-        *,
-        name: str,
-        host: str,
-        pid: int,
-        queues: Sequence[str],
-        expiry: float,
-        now: Now = None,
-    ) -> Session:
-        for queue in queues:
-            payload.check_queue(queue)
-        convert.positive("session expiry", expiry)
-        session_id = secrets.token_urlsafe(24)  # 192 random bits, never a host name
-
-        def op(tx: Tx) -> Row | None:
-            return tx.one(
-                "session_insert",
-                session_id=session_id,
-                name=str(name)[:200],
-                host=str(host)[:200],
-                pid=int(pid),
-                queues=self._list_in(list(queues)),
-                expiry=float(expiry),
-                now=tx.clock(now),
-            )
-
-        row = self._run(op)
-        assert row is not None
-        return self._session(row)
-
-    def session_heartbeat(
-        self, session_id: str, running: Sequence[Claim] = (), *, now: Now = None, conn: Any = None
-    ) -> Heartbeat:
-        """Extend the session by its expiry, by the database clock. With ``conn`` (the
-        dedicated connection of :meth:`notifications`, in autocommit mode) it runs there,
-        statement by statement, so heartbeats need no connection of their own."""
-
-        def op(tx: Tx) -> Heartbeat:
-            row = tx.one("session_heartbeat", session_id=session_id, now=tx.clock(now))
-            if row is None:
-                return Heartbeat(alive=False, expires_at=None, stop=tuple(running))
-            stop = self._not_current(tx, running) if running else ()
-            reported = {(c.job_id, c.attempt) for c in running}
-            held = convert.claims_of(tx.all("session_running", session_id=session_id))
-            unknown = sorted(
-                (c for c in held if (c.job_id, c.attempt) not in reported),
-                key=lambda c: c.job_id,
-            )
-            return Heartbeat(
-                alive=True,
-                expires_at=self._time(row["expires_at"]),
-                stop=stop,
-                unknown=tuple(unknown),
-            )
-
-        if conn is not None:
-            return self._run_on(op, conn)
-        return self._run(op)
-
-    def _not_current(self, tx: Tx, claims: Sequence[Claim]) -> tuple[Claim, ...]:
-        states = {
-            int(r["id"]): r
-            for r in tx.all("job_claim_state", job_ids=self._list_in([c.job_id for c in claims]))
-        }
-        stale = []
-        for claim in claims:
-            state = states.get(claim.job_id)
-            # succeeded under this very claim: acknowledged by the task's own transaction
-            # (ctx.transaction) while the task still runs; not a reason to stop it
-            if not (
-                state
-                and state["status"] in (Status.RUNNING, Status.SUCCEEDED)
-                and state["attempt"] == claim.attempt
-                and state["session_id"] == claim.session_id
-            ):
-                stale.append(claim)
-        return tuple(stale)
-
+    # -- sessions (opening and heartbeats: see sessions.py) ------------------------------
     def session_close(self, session_id: str, *, lost: bool = False, now: Now = None) -> list[int]:
         """Delete the session and give its running jobs back at once. A graceful close
         releases them without counting the attempt; ``lost=True`` (the worker lost its

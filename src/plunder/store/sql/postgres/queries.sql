@@ -163,7 +163,8 @@ SELECT NULL::bigint AS id WHERE false;
 -- name: job_claim_many
 -- Claim up to %(limit)s pending jobs, best first, for a live session; rows another claimer
 -- holds are skipped, not waited for. A job that this session already failed is left to
--- other live sessions serving its queue, while there are any. Suspects (jobs lost with
+-- another live session that runs its queue and task and has a free slot (as of its last
+-- heartbeat), while there is one; otherwise it is taken at once. Suspects (jobs lost with
 -- their worker suspect_losses times or more) are taken only when take_suspect is true (the
 -- worker runs none), and then at most one: the first in claim order (one picked beyond it
 -- stays locked, unclaimed, until this commit).
@@ -212,7 +213,12 @@ levels AS (
 picked AS (
     SELECT c.* FROM clock, unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
-        WITH RECURSIVE /* include: job_claim_levels */
+        WITH RECURSIVE /* include: job_claim_levels */,
+        -- the other live sessions of this queue that have a free slot, for the jobs this
+        -- session failed (read only for those; spelled short, as the turn must stay under
+        -- psycopg's 4 KiB query cache)
+        peers AS (SELECT s.id, s.tasks FROM plunder_sessions s WHERE s.expires_at > clock.now
+                  AND s.free_slots > 0 AND q.name = ANY(s.queues))
         SELECT due.* FROM levels AS l
         CROSS JOIN LATERAL (
             SELECT j.id, j.priority, j.run_at, j.losses FROM plunder_jobs AS j
@@ -224,13 +230,9 @@ picked AS (
               AND j.run_at <= clock.now
               AND j.task = ANY(%(tasks)s::text[])
               AND (j.losses < %(suspect_losses)s OR %(take_suspect)s)
-              AND NOT (
-                  cardinality(j.failed_sessions) > 0
-                  AND %(session_id)s = ANY(j.failed_sessions)
-                  AND EXISTS (
-                      SELECT 1 FROM plunder_sessions AS s
-                      WHERE s.expires_at > clock.now AND j.queue = ANY(s.queues)
-                        AND NOT (s.id = ANY(j.failed_sessions))))
+              AND NOT (j.failed_sessions <> '{}' AND %(session_id)s = ANY(j.failed_sessions)
+                  AND EXISTS (SELECT FROM peers p
+                              WHERE j.task = ANY(p.tasks) AND p.id <> ALL(j.failed_sessions)))
             ORDER BY j.run_at, j.id
             LIMIT %(limit)s
             FOR UPDATE OF j SKIP LOCKED
@@ -246,13 +248,9 @@ picked AS (
               AND j.run_at <= clock.now
               AND j.task = ANY(%(tasks)s::text[])
               AND (j.losses < %(suspect_losses)s OR %(take_suspect)s)
-              AND NOT (
-                  cardinality(j.failed_sessions) > 0
-                  AND %(session_id)s = ANY(j.failed_sessions)
-                  AND EXISTS (
-                      SELECT 1 FROM plunder_sessions AS s
-                      WHERE s.expires_at > clock.now AND j.queue = ANY(s.queues)
-                        AND NOT (s.id = ANY(j.failed_sessions))))
+              AND NOT (j.failed_sessions <> '{}' AND %(session_id)s = ANY(j.failed_sessions)
+                  AND EXISTS (SELECT FROM peers p
+                              WHERE j.task = ANY(p.tasks) AND p.id <> ALL(j.failed_sessions)))
             ORDER BY j.priority DESC, j.run_at, j.id
             LIMIT %(limit)s
             FOR UPDATE OF j SKIP LOCKED
@@ -593,20 +591,45 @@ LIMIT %(limit)s;
 -- name: session_insert
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 INSERT INTO plunder_sessions (id, name, host, pid, queues, expiry, started_at, heartbeat_at,
-                              expires_at)
+                              expires_at, tasks, free_slots)
 SELECT %(session_id)s, %(name)s, %(host)s, %(pid)s, %(queues)s::text[], %(expiry)s,
-       clock.now, clock.now, clock.now + %(expiry)s * interval '1 second'
+       clock.now, clock.now, clock.now + %(expiry)s * interval '1 second',
+       %(tasks)s::text[], %(free_slots)s::integer
 FROM clock
 RETURNING *;
 
 -- name: session_heartbeat
 -- A session past its expiry is dead even before the janitor reaps it: it cannot come back.
+-- Its free slots as the worker counts them now (NULL: unchanged).
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 UPDATE plunder_sessions AS s
-SET heartbeat_at = clock.now, expires_at = clock.now + s.expiry * interval '1 second'
+SET heartbeat_at = clock.now, expires_at = clock.now + s.expiry * interval '1 second',
+    free_slots = COALESCE(%(free_slots)s::integer, s.free_slots)
 FROM clock
 WHERE s.id = %(session_id)s AND s.expires_at > clock.now
 RETURNING s.*;
+
+-- name: task_publish
+-- batch. The options of a task a worker serves, written in the transaction that opens its
+-- session: the last worker to open a session decides a task's options. A batch names each
+-- task once (an upsert may not write one row twice).
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+INSERT INTO plunder_tasks (name, queue, pool, options, session_id, published_at)
+SELECT u.name, u.queue, u.pool, u.options, %(session_id)s, clock.now
+FROM unnest(%(name)s::text[], %(queue)s::text[], %(pool)s::text[], %(options)s::text[])
+         WITH ORDINALITY AS u(name, queue, pool, options, n),
+     clock
+ORDER BY u.n
+ON CONFLICT (name) DO UPDATE
+SET queue = excluded.queue, pool = excluded.pool, options = excluded.options,
+    session_id = excluded.session_id, published_at = excluded.published_at;
+
+-- name: task_get
+SELECT name, queue, pool, options, session_id, published_at FROM plunder_tasks
+WHERE name = %(name)s;
+
+-- name: task_list
+SELECT name, queue, pool, options, session_id, published_at FROM plunder_tasks ORDER BY name;
 
 -- name: session_delete
 DELETE FROM plunder_sessions WHERE id = %(session_id)s RETURNING id;
@@ -760,6 +783,19 @@ SELECT * FROM plunder_leases WHERE name = %(name)s;
 
 -- name: queue_counts
 SELECT queue, status, count(*) AS n FROM plunder_jobs GROUP BY queue, status;
+
+-- name: job_unrunnable
+-- Pending jobs that no live session can run, counted by task and queue: no live session
+-- lists both their queue and their task. A read for people, as queue_counts.
+SELECT p.task, p.queue, p.n FROM (
+    SELECT task, queue, count(*) AS n FROM plunder_jobs
+    WHERE status = 'pending' GROUP BY task, queue
+) AS p
+WHERE NOT EXISTS (
+    SELECT 1 FROM plunder_sessions AS s
+    WHERE s.expires_at > COALESCE(%(now)s::timestamptz, statement_timestamp())
+      AND p.queue = ANY(s.queues) AND p.task = ANY(s.tasks))
+ORDER BY p.task, p.queue;
 
 -- name: queue_oldest_pending
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)

@@ -85,7 +85,10 @@ CREATE TABLE plunder_sessions (
     expiry DOUBLE PRECISION NOT NULL CHECK (expiry > 0),
     started_at TIMESTAMPTZ NOT NULL,
     heartbeat_at TIMESTAMPTZ NOT NULL,
-    expires_at TIMESTAMPTZ NOT NULL
+    expires_at TIMESTAMPTZ NOT NULL,
+    -- the tasks it runs, and its free slots as of its last heartbeat (migration 11)
+    tasks TEXT[] NOT NULL DEFAULT '{}',
+    free_slots INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX plunder_sessions_expiry ON plunder_sessions (expires_at);
 
@@ -103,4 +106,16 @@ CREATE TABLE plunder_listeners (
     id TEXT PRIMARY KEY,
     channels TEXT[] NOT NULL,
     expires_at TIMESTAMPTZ NOT NULL
+);
+
+-- Each task's options as the last worker serving it published them when its session opened:
+-- what an enqueue by name takes in a process without the task's code (migration 11).
+-- `options` is a JSON object of the task's enqueue options but its queue.
+CREATE TABLE plunder_tasks (
+    name TEXT PRIMARY KEY,
+    queue TEXT NOT NULL,
+    pool TEXT NOT NULL,
+    options TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    published_at TIMESTAMPTZ NOT NULL
 );

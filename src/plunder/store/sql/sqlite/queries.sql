@@ -120,8 +120,9 @@ LIMIT 1;
 -- order. Within a level the jobs due now come first in plunder_jobs_claim, and
 -- `run_at <= :now` bounds the walk (an index range, not a filter): it stops at the first
 -- job due later, so a claim never walks the delayed jobs behind the due ones. A job that
--- this session already failed is left to other live sessions serving its queue, while
--- there are any. Suspects (jobs lost with their worker :suspect_losses times or more) are
+-- this session already failed is left to another live session that runs its queue and
+-- task and has a free slot (as of its last heartbeat), while there is one; otherwise it is
+-- taken at once. Suspects (jobs lost with their worker :suspect_losses times or more) are
 -- read only when :take_suspect is true; the store takes at most one.
 SELECT j.id, j.losses, j.priority, j.run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
 WHERE j.status = 'pending'
@@ -134,8 +135,10 @@ WHERE j.status = 'pending'
       j.failed_sessions != '[]'
       AND EXISTS (SELECT 1 FROM json_each(j.failed_sessions) AS f WHERE f.value = :session_id)
       AND EXISTS (
-          SELECT 1 FROM plunder_sessions AS s, json_each(s.queues) AS q
-          WHERE s.expires_at > :now AND q.value = j.queue
+          SELECT 1 FROM plunder_sessions AS s
+          WHERE s.expires_at > :now AND s.free_slots > 0
+            AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = j.queue)
+            AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
             AND s.id NOT IN (SELECT f.value FROM json_each(j.failed_sessions) AS f)))
 ORDER BY j.run_at, j.id
 LIMIT :limit;
@@ -156,8 +159,10 @@ WHERE j.status = 'pending'
       j.failed_sessions != '[]'
       AND EXISTS (SELECT 1 FROM json_each(j.failed_sessions) AS f WHERE f.value = :session_id)
       AND EXISTS (
-          SELECT 1 FROM plunder_sessions AS s, json_each(s.queues) AS q
-          WHERE s.expires_at > :now AND q.value = j.queue
+          SELECT 1 FROM plunder_sessions AS s
+          WHERE s.expires_at > :now AND s.free_slots > 0
+            AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = j.queue)
+            AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
             AND s.id NOT IN (SELECT f.value FROM json_each(j.failed_sessions) AS f)))
 ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT :limit;
@@ -396,16 +401,35 @@ LIMIT :limit;
 
 -- name: session_insert
 INSERT INTO plunder_sessions (id, name, host, pid, queues, expiry, started_at, heartbeat_at,
-                              expires_at)
-VALUES (:session_id, :name, :host, :pid, :queues, :expiry, :now, :now, :now + :expiry)
+                              expires_at, tasks, free_slots)
+VALUES (:session_id, :name, :host, :pid, :queues, :expiry, :now, :now, :now + :expiry,
+        :tasks, :free_slots)
 RETURNING *;
 
 -- name: session_heartbeat
 -- A session past its expiry is dead even before the janitor reaps it: it cannot come back.
+-- Its free slots as the worker counts them now (NULL: unchanged).
 UPDATE plunder_sessions
-SET heartbeat_at = :now, expires_at = :now + expiry
+SET heartbeat_at = :now, expires_at = :now + expiry,
+    free_slots = coalesce(:free_slots, free_slots)
 WHERE id = :session_id AND expires_at > :now
 RETURNING *;
+
+-- name: task_publish
+-- batch. The options of a task a worker serves, written in the transaction that opens its
+-- session: the last worker to open a session decides a task's options.
+INSERT INTO plunder_tasks (name, queue, pool, options, session_id, published_at)
+VALUES (:name, :queue, :pool, :options, :session_id, :now)
+ON CONFLICT (name) DO UPDATE
+SET queue = excluded.queue, pool = excluded.pool, options = excluded.options,
+    session_id = excluded.session_id, published_at = excluded.published_at;
+
+-- name: task_get
+SELECT name, queue, pool, options, session_id, published_at FROM plunder_tasks
+WHERE name = :name;
+
+-- name: task_list
+SELECT name, queue, pool, options, session_id, published_at FROM plunder_tasks ORDER BY name;
 
 -- name: session_delete
 DELETE FROM plunder_sessions WHERE id = :session_id RETURNING id;
@@ -528,6 +552,20 @@ SELECT * FROM plunder_leases WHERE name = :name;
 
 -- name: queue_counts
 SELECT queue, status, count(*) AS n FROM plunder_jobs GROUP BY queue, status;
+
+-- name: job_unrunnable
+-- Pending jobs that no live session can run, counted by task and queue: no live session
+-- lists both their queue and their task. A read for people, as queue_counts.
+SELECT p.task, p.queue, p.n FROM (
+    SELECT task, queue, count(*) AS n FROM plunder_jobs
+    WHERE status = 'pending' GROUP BY task, queue
+) AS p
+WHERE NOT EXISTS (
+    SELECT 1 FROM plunder_sessions AS s
+    WHERE s.expires_at > :now
+      AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = p.queue)
+      AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = p.task))
+ORDER BY p.task, p.queue;
 
 -- name: queue_oldest_pending
 SELECT queue, :now - min(run_at) AS age FROM plunder_jobs

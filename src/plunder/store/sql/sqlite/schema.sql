@@ -86,7 +86,10 @@ CREATE TABLE plunder_sessions (
     expiry REAL NOT NULL CHECK (expiry > 0),
     started_at REAL NOT NULL,
     heartbeat_at REAL NOT NULL,
-    expires_at REAL NOT NULL
+    expires_at REAL NOT NULL,
+    -- the tasks it runs, and its free slots as of its last heartbeat (migration 11)
+    tasks TEXT NOT NULL DEFAULT '[]',
+    free_slots INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX plunder_sessions_expiry ON plunder_sessions (expires_at);
 
@@ -96,4 +99,16 @@ CREATE TABLE plunder_leases (
     term INTEGER NOT NULL,
     acquired_at REAL NOT NULL,
     expires_at REAL NOT NULL
+);
+
+-- Each task's options as the last worker serving it published them when its session opened:
+-- what an enqueue by name takes in a process without the task's code (migration 11).
+-- `options` is a JSON object of the task's enqueue options but its queue.
+CREATE TABLE plunder_tasks (
+    name TEXT PRIMARY KEY,
+    queue TEXT NOT NULL,
+    pool TEXT NOT NULL,
+    options TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    published_at REAL NOT NULL
 );

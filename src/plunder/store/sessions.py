@@ -1,0 +1,143 @@
+"""Worker sessions: opening one (and publishing the tasks its worker serves, in the same
+transaction) and heartbeats, which also renew the session's count of free slots.
+
+A session names its queues, its tasks and its free slots: a job that a session failed is
+left to another live session that runs its queue and task and has a free slot, and taken
+at once by the one that failed it when there is none (see job_claim_walk). The free slots
+are the worker's count at its last heartbeat, so at most one heartbeat interval old.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from plunder import payload
+from plunder.model import Claim, Heartbeat, Session, TaskInfo
+from plunder.states import Status
+from plunder.store import convert
+from plunder.store.engine import Engine, Now, Tx
+
+MAX_SLOTS = 1_000_000  # free slots a session may report (the column is an INTEGER)
+
+
+def _publish_rows(tasks: Sequence[TaskInfo]) -> list[dict[str, Any]]:
+    """task_publish's rows, one per task name (the last of a name wins), sorted by name
+    so that concurrent publishers lock the rows in one order."""
+    by_name = {payload.check_task(t.name): t for t in tasks}
+    return [
+        {
+            "name": name,
+            "queue": payload.check_queue(t.queue),
+            "pool": str(t.pool),
+            "options": payload.encode(dict(t.options), what="options", of=name),
+        }
+        for name, t in sorted(by_name.items())
+    ]
+
+
+class Sessions(Engine):
+    def session_open(
+        self,
+        *,
+        name: str,
+        host: str,
+        pid: int,
+        queues: Sequence[str],
+        expiry: float,
+        tasks: Sequence[TaskInfo] = (),
+        free_slots: int = 0,
+        now: Now = None,
+    ) -> Session:
+        """Open a session; its ``tasks`` are published (``task_get``) in the same
+        transaction, each task's options replacing what an earlier session published."""
+        for queue in queues:
+            payload.check_queue(queue)
+        convert.positive("session expiry", expiry)
+        free_slots = convert.integer("free slots", free_slots, 0, MAX_SLOTS)
+        rows = _publish_rows(tasks)
+        session_id = secrets.token_urlsafe(24)  # 192 random bits, never a host name
+
+        def op(tx: Tx) -> Any:
+            clock = tx.clock(now)
+            row = tx.one(
+                "session_insert",
+                session_id=session_id,
+                name=str(name)[:200],
+                host=str(host)[:200],
+                pid=int(pid),
+                queues=self._list_in(list(queues)),
+                expiry=float(expiry),
+                tasks=self._list_in([r["name"] for r in rows]),
+                free_slots=free_slots,
+                now=clock,
+            )
+            tx.batch("task_publish", rows, session_id=session_id, now=clock)
+            return row
+
+        row = self._run(op)
+        assert row is not None
+        return self._session(row)
+
+    def session_heartbeat(
+        self,
+        session_id: str,
+        running: Sequence[Claim] = (),
+        *,
+        free_slots: int | None = None,
+        now: Now = None,
+        conn: Any = None,
+    ) -> Heartbeat:
+        """Extend the session by its expiry, by the database clock, and record its
+        ``free_slots`` (None: unchanged). With ``conn`` (the dedicated connection of
+        :meth:`notifications`, in autocommit mode) it runs there, statement by statement,
+        so heartbeats need no connection of their own."""
+        if free_slots is not None:
+            free_slots = convert.integer("free slots", free_slots, 0, MAX_SLOTS)
+
+        def op(tx: Tx) -> Heartbeat:
+            row = tx.one(
+                "session_heartbeat",
+                session_id=session_id,
+                free_slots=free_slots,
+                now=tx.clock(now),
+            )
+            if row is None:
+                return Heartbeat(alive=False, expires_at=None, stop=tuple(running))
+            stop = self._not_current(tx, running) if running else ()
+            reported = {(c.job_id, c.attempt) for c in running}
+            held = convert.claims_of(tx.all("session_running", session_id=session_id))
+            unknown = sorted(
+                (c for c in held if (c.job_id, c.attempt) not in reported),
+                key=lambda c: c.job_id,
+            )
+            return Heartbeat(
+                alive=True,
+                expires_at=self._time(row["expires_at"]),
+                stop=stop,
+                unknown=tuple(unknown),
+            )
+
+        if conn is not None:
+            return self._run_on(op, conn)
+        return self._run(op)
+
+    def _not_current(self, tx: Tx, claims: Sequence[Claim]) -> tuple[Claim, ...]:
+        states = {
+            int(r["id"]): r
+            for r in tx.all("job_claim_state", job_ids=self._list_in([c.job_id for c in claims]))
+        }
+        stale = []
+        for claim in claims:
+            state = states.get(claim.job_id)
+            # succeeded under this very claim: acknowledged by the task's own transaction
+            # (ctx.transaction) while the task still runs; not a reason to stop it
+            if not (
+                state
+                and state["status"] in (Status.RUNNING, Status.SUCCEEDED)
+                and state["attempt"] == claim.attempt
+                and state["session_id"] == claim.session_id
+            ):
+                stale.append(claim)
+        return tuple(stale)

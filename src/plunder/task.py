@@ -43,9 +43,9 @@ class Options:
 
     | option | meaning | default |
     |---|---|---|
-    | `queue` | the queue its jobs are claimed from | `"default"` |
+    | `queue` | the queue its jobs are claimed from | `'default'` |
     | `priority` | higher is claimed first | `0` |
-    | `delay` | seconds after the enqueue before the job is due | `0` |
+    | `delay` | seconds after the enqueue before the job is due | `0.0` |
     | `key` | idempotency key: names at most one pending or running job | `None` |
     | `retries` | *failed*: attempts after the first (losses and timeouts use them too) | `3` |
     | `no_retry` | *failed*: exception types never retried (`@app.task` only) | `()` |

@@ -143,7 +143,8 @@ class App:
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a task: ``@app.task`` or ``@app.task(queue="llm", retries=3,
         timeout=60, priority=0, backoff_base=1, backoff_cap=300, retry_on_timeout=True,
-        no_retry=(ValueError,), pool="thread" | "process", name=...)``."""
+        retry_on_lost=True, expires_in=None, no_retry=(ValueError,), pool="thread" |
+        "process", name=...)``; the options and their defaults are in :class:`Options`."""
         unknown = set(options) - set(Options.__dataclass_fields__)
         if unknown:
             raise TypeError(f"unknown task option(s): {', '.join(sorted(unknown))}")

@@ -429,6 +429,7 @@ def status(state: State, as_json: bool) -> None:
             "failed",
             "timed_out",
             "cancelled",
+            "expired",
             "oldest pending",
         ):
             table.add_column(column, justify="left" if column == "queue" else "right")
@@ -438,7 +439,15 @@ def status(state: State, as_json: bool) -> None:
                 s.queue,
                 *(
                     str(s.counts[k])
-                    for k in ("pending", "running", "succeeded", "failed", "timed_out", "cancelled")
+                    for k in (
+                        "pending",
+                        "running",
+                        "succeeded",
+                        "failed",
+                        "timed_out",
+                        "cancelled",
+                        "expired",
+                    )
                 ),
                 age,
             )

@@ -3,9 +3,10 @@
 ```
  every janitor_interval:
    renew our lease (or acquire it when free or expired; the term grows at every new holder)
-   └─ held? ── reap dead sessions ─▶ time out late jobs ─▶ prune old finished jobs
-               (hourly, or at every pass while a backlog is left) ─▶ new statistics of
-               the jobs table once it has grown tenfold (PostgreSQL)
+   └─ held? ── reap dead sessions ─▶ time out late jobs ─▶ expire jobs not started by
+               their start-by deadline ─▶ prune old finished jobs (hourly, or at every
+               pass while a backlog is left) ─▶ new statistics of the jobs table once it
+               has grown tenfold (PostgreSQL)
                each write in a transaction that first checks (lease, holder, term) in the
                database (pruning finds its jobs with a read before that transaction)
 ```
@@ -87,6 +88,17 @@ class Timeouts:
         return store.job_timeout_many(lease, limit=self.limit, now=now)
 
 
+@dataclass(frozen=True)
+class Expirer:
+    """Ends pending jobs past their start-by deadline as expired (never run). Claims never
+    take such a job even before this runs; this makes it terminal for its waiters."""
+
+    limit: int = 500
+
+    def run_once(self, store: Store, lease: Lease, now: datetime | None = None) -> SweepResult:
+        return store.job_expire_many(lease, limit=self.limit, now=now)
+
+
 @dataclass
 class Pruner:
     """Deletes finished jobs (and their runs and stream events) older than the retention,
@@ -120,6 +132,7 @@ class Pass:
     term: int | None = None
     reaped: SweepResult = field(default_factory=SweepResult)
     timed_out: SweepResult = field(default_factory=SweepResult)
+    expired: SweepResult = field(default_factory=SweepResult)
     pruned: int = 0
     analyzed: bool = False  # the jobs table's statistics taken anew (Store.job_stats_refresh)
 
@@ -143,6 +156,7 @@ class Janitor:
         self.lease: Lease | None = None
         self.reaper = Reaper()
         self.timeouts = Timeouts()
+        self.expirer = Expirer()
         self.pruner = Pruner(retention=settings.retention)
 
     def _hold(self, now: datetime | None) -> Lease | None:
@@ -178,20 +192,22 @@ class Janitor:
         try:
             reaped = self.reaper.run_once(self.store, lease, now)
             timed_out = self.timeouts.run_once(self.store, lease, now)
+            expired = self.expirer.run_once(self.store, lease, now)
             pruned = self.pruner.run_once(self.store, lease, now)
             analyzed = self.store.job_stats_refresh()
         except errors.StaleLease:
             log.warning("janitor lease term %d went stale mid-pass; writes refused", lease.term)
             self._drop()
             return Pass(held=False)
-        if reaped.count or timed_out.count or pruned:
+        if reaped.count or timed_out.count or expired.count or pruned:
             log.info(
                 "janitor: %d dead sessions (%d jobs retried, %d finished), %d jobs timed "
-                "out, %d pruned",
+                "out, %d expired, %d pruned",
                 len(reaped.sessions),
                 len(reaped.retried),
                 len(reaped.finished),
                 timed_out.count,
+                expired.count,
                 pruned,
             )
         if analyzed:
@@ -201,6 +217,7 @@ class Janitor:
             term=lease.term,
             reaped=reaped,
             timed_out=timed_out,
+            expired=expired,
             pruned=pruned,
             analyzed=analyzed,
         )

@@ -7,9 +7,14 @@
    │  └── fail / lost / timeout, attempts left ──┘ │ │
    │                    │ └─ fail, no attempts left ─▶ failed
    │                    └─── lost / timeout, none left ▶ timed_out
-   └── retry from failed / timed_out / cancelled
+   └── retry from failed / timed_out / cancelled / expired
  pending or running ── cancel ──▶ cancelled
+ pending, not started by its start-by deadline ── expire ──▶ expired
 ```
+
+A failed, timed-out or lost attempt is retried only if its policy says so (``no_retry``,
+``retry_on_timeout``, ``retry_on_lost``; see plunder.task.Options); otherwise it ends at
+once as if no attempts were left.
 
 Every transition in the store is a guarded update whose ``WHERE`` clause names the source
 state (and, for a worker's write, the claim); this table is what those guards encode, and a
@@ -28,6 +33,7 @@ class Status(StrEnum):
     FAILED = "failed"
     TIMED_OUT = "timed_out"
     CANCELLED = "cancelled"
+    EXPIRED = "expired"  # not started by its start-by deadline; never ran
 
 
 class Outcome(StrEnum):
@@ -43,7 +49,7 @@ class Outcome(StrEnum):
 
 
 TERMINAL: frozenset[Status] = frozenset(
-    {Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT, Status.CANCELLED}
+    {Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT, Status.CANCELLED, Status.EXPIRED}
 )
 ACTIVE: frozenset[Status] = frozenset({Status.PENDING, Status.RUNNING})
 
@@ -52,11 +58,15 @@ TRANSITIONS: dict[str, tuple[frozenset[Status], Status | None]] = {
     "claim": (frozenset({Status.PENDING}), Status.RUNNING),
     "complete": (frozenset({Status.RUNNING}), Status.SUCCEEDED),
     "fail": (frozenset({Status.RUNNING}), None),  # pending (retry) or failed
-    "lose": (frozenset({Status.RUNNING}), None),  # pending or timed_out
+    "lose": (frozenset({Status.RUNNING}), None),  # pending or timed_out (retry_on_lost)
     "time_out": (frozenset({Status.RUNNING}), None),  # pending or timed_out
     "release": (frozenset({Status.RUNNING}), Status.PENDING),
     "cancel": (frozenset({Status.PENDING, Status.RUNNING}), Status.CANCELLED),
-    "retry": (frozenset({Status.FAILED, Status.TIMED_OUT, Status.CANCELLED}), Status.PENDING),
+    "expire": (frozenset({Status.PENDING}), Status.EXPIRED),
+    "retry": (
+        frozenset({Status.FAILED, Status.TIMED_OUT, Status.CANCELLED, Status.EXPIRED}),
+        Status.PENDING,
+    ),
 }
 
 

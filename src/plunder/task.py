@@ -32,7 +32,38 @@ class Producer(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    """How a task's jobs are enqueued and run; ``Task.options(...)`` overrides per call."""
+    """How a task's jobs are enqueued and run: ``@app.task(...)`` sets them,
+    ``Task.options(...)`` and ``app.enqueue(name, ..., **options)`` override them per call.
+
+    An attempt ends in one of three ways that may be retried, each with its own policy: it
+    *failed* (the task raised), it *timed out* (it ran past ``timeout``) or it was *lost*
+    (its worker's session expired while it ran: the worker died, hung or lost the
+    database). Each such attempt counts against ``retries``; a job whose policy says no, or
+    with no attempts left, ends at once. A *start-by* deadline (``expires_in``) ends a job
+    that has not started in time as ``expired``: it never runs.
+
+    | option | meaning | default |
+    |---|---|---|
+    | `queue` | the queue its jobs are claimed from | `'default'` |
+    | `priority` | higher is claimed first | `0` |
+    | `delay` | seconds after the enqueue before the job is due | `0.0` |
+    | `key` | idempotency key: names at most one pending or running job | `None` |
+    | `retries` | *failed*: attempts after the first (losses and timeouts use them too) | `3` |
+    | `no_retry` | *failed*: exception types never retried (`@app.task` only) | `()` |
+    | `backoff_base` | *failed*: retry n waits up to `base * 2**(n-1)` seconds (jittered) | `1.0` |
+    | `backoff_cap` | *failed*: the longest wait before a retry, seconds | `300.0` |
+    | `timeout` | seconds an attempt may run (`None`: no limit) | `None` |
+    | `retry_on_timeout` | *timed out*: retried at once; `False`: ends `timed_out` | `True` |
+    | `retry_on_lost` | *lost*: retried at once; `False`: ends `timed_out`, never rerun | `True` |
+    | `expires_in` | start-by deadline, seconds after the enqueue; else `expired` | `None` |
+
+    A lost attempt that is not retried ends the job ``timed_out`` (as a lost last attempt
+    always has), with a ``plunder.WorkerLost`` error naming the session: nothing whose
+    worker died mid-run is run again (a stale request is dead), where the
+    default runs it again (at least once). The start-by deadline is read on the database
+    clock and bounds the first start only: a job that started and is retried, or is retried
+    by hand, has none (the retry policies govern it). It must be longer than ``delay``.
+    """
 
     queue: str = "default"
     priority: int = 0
@@ -43,6 +74,8 @@ class Options:
     backoff_cap: float = 300.0
     retry_on_timeout: bool = True
     key: str | None = None
+    retry_on_lost: bool = True
+    expires_in: float | None = None
 
     def spec(self, task: str, args: Sequence[Any], kwargs: dict[str, Any]) -> JobSpec:
         return self.maker(task)(args, kwargs)
@@ -65,6 +98,8 @@ class Options:
             self.backoff_cap,
             self.retry_on_timeout,
             self.key,
+            self.retry_on_lost,
+            self.expires_in,
         )
 
         def make(args: Sequence[Any], kwargs: dict[str, Any]) -> JobSpec:
@@ -140,8 +175,7 @@ class Task:
         return self.fn(*args, **kwargs)
 
     def options(self, **overrides: Any) -> Task:
-        """A copy whose next enqueues use these options (queue, priority, delay, retries,
-        timeout, backoff_base, backoff_cap, retry_on_timeout, key)."""
+        """A copy whose next enqueues use these options (any field of :class:`Options`)."""
         unknown = set(overrides) - set(Options.__dataclass_fields__)
         if unknown:
             raise TypeError(f"unknown task option(s): {', '.join(sorted(unknown))}")

@@ -6,13 +6,15 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 
 from plunder.cli import main
-from plunder.store import queries
+from plunder.model import JobSpec
+from plunder.store import Store, queries
 from tests.worker import tasks
 from tests.worker.conftest import worker_in_thread
 
@@ -94,6 +96,23 @@ def test_enqueue_list_show_cancel_retry_with_json(store_url: str) -> None:
     for human in (["jobs"], ["job", str(job["id"])], ["status"]):
         result = plunder(store_url, *human)
         assert result.exit_code == 0 and result.stdout.strip()
+
+
+def test_expired_jobs_are_listed_counted_and_retried(store: Store, store_url: str) -> None:
+    t0 = store.now()
+    (job,) = store.job_enqueue_many([JobSpec("add", [1, 2], expires_in=1)], now=t0)
+    lease = store.lease_acquire("janitor", "j", 60, now=t0)
+    assert lease is not None
+    store.job_expire_many(lease, now=t0 + timedelta(seconds=2))
+    listed = json.loads(plunder(store_url, "jobs", "--status", "expired", "--json").stdout)
+    assert [j["id"] for j in listed["jobs"]] == [job.id]
+    (queue,) = json.loads(plunder(store_url, "status", "--json").stdout)["queues"]
+    assert queue["counts"]["expired"] == 1
+    table = plunder(store_url, "status").stdout.splitlines()
+    row = next(line for line in table if line.startswith("│"))  # the queue's counts
+    assert [c.strip() for c in row.split("│")[2:-1]] == [*"0000001", "-"]  # expired last
+    retried = json.loads(plunder(store_url, "retry", str(job.id), "--json").stdout)
+    assert retried["status"] == "pending" and retried["expires_at"] is None
 
 
 def test_enqueue_wait_prints_the_result(store_url: str, worker_thread: None) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 import plunder
 from plunder import errors
-from plunder.model import Completion, ErrorInfo, Failure, JobSpec
+from plunder.model import JobSpec
 from plunder.store import queries
 from tests.conftest import _pg_database, _pg_drop
 from tests.store.helpers import raw_connect
@@ -258,13 +258,72 @@ def wait_for_lock_wait(url: str, timeout: float = 10) -> None:
 
 
 # -- the SQLite table rebuild (version 8) -------------------------------------------------------
+# the jobs' columns before version 12, which the rebuilds keep as they were
+JOB_COLUMNS = (
+    "id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout, "
+    "backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at, "
+    "finished_at, deadline_at, session_id, result, error, failed_sessions, losses, run_worker, "
+    "run_host, run_pid, run_logs"
+)
+
+
 def rows_of(url: str) -> dict[str, Any]:
     conn = raw_connect(url)
     try:
         return {
-            table: conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
-            for table in ("plunder_jobs", "plunder_runs", "plunder_events", "sqlite_sequence")
+            table: conn.execute(f"SELECT {columns} FROM {table} ORDER BY 1, 2").fetchall()
+            for table, columns in (
+                ("plunder_jobs", JOB_COLUMNS),
+                ("plunder_runs", "*"),
+                ("plunder_events", "*"),
+                ("sqlite_sequence", "*"),
+            )
         }
+    finally:
+        conn.close()
+
+
+def version_7_rows(url: str) -> list[int]:
+    """Jobs in every state (as the store of version 7 wrote them: written here, as this
+    plunder's store writes columns that version lacks), a key, a history row, stream events
+    and a pruned last id. Returns the job ids, the pruned one last."""
+    conn = raw_connect(url)
+    try:
+        conn.execute(
+            "INSERT INTO plunder_sessions (id, name, host, pid, queues, expiry, started_at, "
+            "heartbeat_at, expires_at) VALUES ('s', 'w', 'h', 1, '[\"default\"]', 60, 1, 1, 61)"
+        )
+        jobs = []
+        for key, status, result, error in [
+            (None, "succeeded", '"done"', None),
+            (None, "failed", None, '{"type":"E","message":"bad","traceback":""}'),
+            (None, "running", None, None),
+            (None, "pending", None, None),
+            ("k", "pending", None, None),
+            (None, "pending", None, None),
+        ]:
+            started = "1" if status != "pending" else "NULL"
+            row = conn.execute(
+                "INSERT INTO plunder_jobs (queue, task, status, attempt, key, run_at, created_at,"
+                f" started_at, session_id, result, error) VALUES ('default', 't', ?, ?, ?, 1, 1,"
+                f" {started}, ?, ?, ?) RETURNING id",
+                (status, int(started != "NULL"), key, None if key else "s", result, error),
+            ).fetchone()
+            jobs.append(int(row[0]))
+        conn.execute(
+            "INSERT INTO plunder_runs (job_id, attempt, session_id, worker, host, pid, "
+            "started_at, finished_at, outcome, error) VALUES (?, 1, 's', 'w', 'h', 1, 1, 2, "
+            "'failed', '{}')",
+            (jobs[1],),
+        )
+        for kind, data in (("chunk", '"a"'), ("progress", '{"current":1}')):
+            conn.execute(
+                "INSERT INTO plunder_events (job_id, attempt, kind, data, created_at) "
+                "VALUES (?, 1, ?, ?, 1)",
+                (jobs[2], kind, data),
+            )
+        conn.execute("DELETE FROM plunder_jobs WHERE id = ?", (jobs[-1],))  # pruned
+        return jobs
     finally:
         conn.close()
 
@@ -273,37 +332,19 @@ def rows_of(url: str) -> dict[str, Any]:
 def test_the_sqlite_rebuild_keeps_every_row_id_and_reference(
     empty_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Version 8 rebuilds plunder_jobs and plunder_runs. Jobs in every state, a key, a
-    history row, stream events and a pruned last id all come through it as they were: the
-    next job does not reuse the pruned id, the runs and events still belong to their jobs
-    (deleting a job deletes them), and the store enforces foreign keys again after."""
+    """Versions 8 and 12 rebuild plunder_jobs (and 8 plunder_runs). Jobs in every state, a
+    key, a history row, stream events and a pruned last id all come through them as they
+    were: the next job does not reuse the pruned id, the runs and events still belong to
+    their jobs (deleting a job deletes them), and the store enforces foreign keys again
+    after. The columns version 12 adds take their defaults."""
     every = queries.migrations("sqlite")
     monkeypatch.setattr(queries, "migrations", lambda dialect: every[:7])
     old = plunder.open_store(empty_url)
     try:
         assert old.migrate(fresh_schema=False) == 7
-        specs = [JobSpec("t", [i]) for i in range(4)] + [JobSpec("t", key="k"), JobSpec("t")]
-        jobs = old.job_enqueue_many(specs)
-        # a session and its claims as version 7 wrote them (today's session_open and claim
-        # name the columns of later versions)
-        execute(
-            empty_url,
-            "INSERT INTO plunder_sessions (id, name, host, pid, queues, expiry, started_at, "
-            "heartbeat_at, expires_at) VALUES ('s7', 'w', 'h', 1, '[\"default\"]', 60, "
-            "1e9, 1e9, 1e10)",
-        )
-        execute(
-            empty_url,
-            "UPDATE plunder_jobs SET status = 'running', attempt = 1, session_id = 's7', "
-            f"started_at = 1e9 WHERE id <= {jobs[2].id}",
-        )
-        claimed = [old.job_get(job.id) for job in jobs[:3]]
-        old.job_complete_many([Completion(claimed[0].claim, "done")])
-        old.job_fail_many([Failure(claimed[1].claim, ErrorInfo("E", "bad"), retry_delay=None)])
-        old.stream_append(claimed[2].claim, [("chunk", "a"), ("progress", {"current": 1})])
     finally:
         old.close()
-    execute(empty_url, f"DELETE FROM plunder_jobs WHERE id = {jobs[-1].id}")  # pruned
+    jobs = version_7_rows(empty_url)
     before = rows_of(empty_url)
     assert before["plunder_runs"] and before["plunder_events"]
     assert before["sqlite_sequence"] != []
@@ -315,10 +356,11 @@ def test_the_sqlite_rebuild_keeps_every_row_id_and_reference(
         assert store.schema_check() == len(every)
         assert rows_of(empty_url) == before
         (fresh,) = store.job_enqueue_many([JobSpec("t")])
-        assert fresh.id == jobs[-1].id + 1  # the pruned id is not used again
+        assert fresh.id == jobs[-1] + 1  # the pruned id is not used again
         (again,) = store.job_enqueue_many([JobSpec("t", key="k")])
-        assert again.id == jobs[4].id  # the key still names its one active job
+        assert again.id == jobs[4]  # the key still names its one active job
         assert store._connection().execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert store.job_get(jobs[3]).retry_on_lost and store.job_get(jobs[3]).expires_at is None
     finally:
         store.close()
     conn = raw_connect(empty_url)
@@ -327,10 +369,10 @@ def test_the_sqlite_rebuild_keeps_every_row_id_and_reference(
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
         conn.execute("PRAGMA foreign_keys=ON")
         with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
-            conn.execute("UPDATE plunder_jobs SET status = 'lost' WHERE id = ?", (jobs[0].id,))
+            conn.execute("UPDATE plunder_jobs SET status = 'lost' WHERE id = ?", (jobs[0],))
         with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
             conn.execute("UPDATE plunder_runs SET outcome = 'done'")
-        conn.execute("DELETE FROM plunder_jobs WHERE id IN (?, ?)", (claimed[1].id, claimed[2].id))
+        conn.execute("DELETE FROM plunder_jobs WHERE id IN (?, ?)", (jobs[1], jobs[2]))
         assert conn.execute("SELECT count(*) FROM plunder_runs").fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM plunder_events").fetchone()[0] == 0
     finally:

@@ -20,6 +20,7 @@ GUARDED = {
     "time_out": "job_timeout_many",
     "release": "job_release",
     "cancel": "job_cancel",
+    "expire": "job_expire_many",
     "retry": "job_retry",
 }
 

@@ -53,6 +53,38 @@ def test_sigkill_jobs_are_rescued_within_expiry_and_janitor_interval(
     print(f"kill-to-rescue: {rescue:.2f}s")
 
 
+def test_a_sigkilled_workers_job_that_must_not_run_again_ends_and_is_not_rerun(
+    store: Store, workers: Workers
+) -> None:
+    """retry_on_lost=False: the job its killed worker held ends timed_out with
+    plunder.WorkerLost and one run, while the default job beside it is rescued."""
+    victim = workers.start("-c", "2")
+    sid = wait_for(lambda: session_of(store, victim.pid), what="victim session")
+    assert isinstance(sid, str)
+    once, again = store.job_enqueue_many(
+        [
+            JobSpec("sleepy", [30], max_attempts=3, retry_on_lost=False),
+            JobSpec("sleepy", [0.5], max_attempts=3),
+        ]
+    )
+    wait_for(lambda: len(_running_on(store, sid)) == 2, what="victim holds the jobs")
+    workers.start("-c", "2")  # would run both again
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    wait_for(
+        lambda: store.job_get(again.id).status == Status.SUCCEEDED,
+        timeout=EXPIRY + JANITOR + 10,
+        what="the default job is rescued and succeeds",
+    )
+    ended = store.job_get(once.id)
+    assert ended.status == Status.TIMED_OUT and ended.attempt == 1
+    assert ended.error is not None and ended.error["type"] == "plunder.WorkerLost"
+    assert sid in ended.error["message"]
+    (run,) = store.job_runs(once.id)
+    assert run.outcome == Outcome.LOST and run.session_id == sid
+    assert [r.outcome for r in store.job_runs(again.id)] == [Outcome.LOST, Outcome.SUCCEEDED]
+
+
 def test_sigterm_lets_running_jobs_finish_then_closes_the_session(
     store: Store, workers: Workers
 ) -> None:

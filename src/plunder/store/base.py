@@ -252,7 +252,8 @@ class Store(Protocol):
         ...
 
     def job_retry(self, job_id: int, *, now: Now = None) -> JobRecord:
-        """failed, timed_out or cancelled -> pending, with one more attempt allowed."""
+        """failed, timed_out, cancelled or expired -> pending, with one more attempt allowed
+        and no start-by deadline."""
         ...
 
     # -- workers -------------------------------------------------------------------------
@@ -385,6 +386,10 @@ class Store(Protocol):
     def job_timeout_many(
         self, lease: Lease, *, limit: int = 500, now: Now = None
     ) -> SweepResult: ...
+
+    def job_expire_many(self, lease: Lease, *, limit: int = 500, now: Now = None) -> SweepResult:
+        """Pending jobs past their start-by deadline -> expired (terminal, never run)."""
+        ...
 
     def job_prune_many(
         self, lease: Lease, *, older_than: float, limit: int = 1000, now: Now = None

@@ -85,6 +85,8 @@ def spec_settings(spec: JobSpec) -> dict[str, Any]:
         spec.backoff_cap,
         spec.retry_on_timeout,
         spec.delay,
+        spec.retry_on_lost,
+        spec.expires_in,
     )
     kinds = tuple(map(type, values))
     cacheable = True
@@ -103,6 +105,8 @@ def spec_settings(spec: JobSpec) -> dict[str, Any]:
             "backoff_cap": non_negative("backoff_cap", spec.backoff_cap),
             "retry_on_timeout": bool(spec.retry_on_timeout),
             "delay": non_negative("delay", spec.delay),
+            "retry_on_lost": bool(spec.retry_on_lost),
+            "expires_in": _expires_in(spec.expires_in, spec.delay),
         }
         if cacheable:
             if len(_settings) >= 1024:
@@ -111,9 +115,22 @@ def spec_settings(spec: JobSpec) -> dict[str, Any]:
     return found
 
 
+def _expires_in(value: object, delay: object) -> float | None:
+    """A start-by deadline (seconds after the enqueue) that leaves the job time to start."""
+    if value is None:
+        return None
+    seconds = positive("expires_in", value)
+    if seconds <= non_negative("delay", delay):
+        raise ValueError(
+            f"expires_in ({value!r}s) must be longer than delay ({delay!r}s): "
+            "the job would expire before it is due"
+        )
+    return seconds
+
+
 _options_of = operator.attrgetter(
     "queue", "task", "priority", "max_attempts", "timeout",
-    "backoff_base", "backoff_cap", "retry_on_timeout", "delay",
+    "backoff_base", "backoff_cap", "retry_on_timeout", "delay", "retry_on_lost", "expires_in",
 )  # fmt: skip
 
 

@@ -57,6 +57,9 @@ SESSION_LOST = ErrorInfo(
     "hung or lost the database)",
 )
 JOB_TIMEOUT = ErrorInfo("plunder.JobTimeout", "the job ran past its timeout")
+JOB_EXPIRED = ErrorInfo(
+    "plunder.JobExpired", "the job was not started by its start-by deadline (expires_in)"
+)
 
 
 class Tx(Protocol):
@@ -472,9 +475,12 @@ class Engine(ABC):
             at["started_at"], at["finished_at"], at["deadline_at"], at["session_id"],
             at["result"], at["error"], at["failed_sessions"],
         )  # fmt: skip
-        i_losses = at["losses"]
+        i_losses, i_lost, i_expires = at["losses"], at["retry_on_lost"], at["expires_at"]
         rows = self._typed(
-            rows, (i_run_at, i_created, i_started, i_finished, i_deadline), i_retry, i_failed
+            rows,
+            (i_run_at, i_created, i_started, i_finished, i_deadline, i_expires),
+            (i_retry, i_lost),
+            i_failed,
         )
         decode, status_of = payload.decode, _STATUS
         return [
@@ -503,14 +509,20 @@ class Engine(ABC):
                 decode(r[i_error]),
                 tuple(r[i_failed]),
                 r[i_losses],
+                r[i_lost],
+                r[i_expires],
             )
             for r in rows
         ]
 
     def _typed(
-        self, rows: Sequence[Sequence[Any]], times: tuple[int, ...], flag: int, names: int
+        self,
+        rows: Sequence[Sequence[Any]],
+        times: tuple[int, ...],
+        flags: tuple[int, ...],
+        names: int,
     ) -> Sequence[Sequence[Any]]:
-        """Job rows whose times (at the positions ``times``, the first never NULL), flag
+        """Job rows whose times (at the positions ``times``, the first never NULL), flags
         and list of names are Python's datetimes in UTC, bool and list: as they are, where
         the driver read them so (PostgreSQL, its session in UTC, reads every row of a
         result alike), else converted (SQLite: numbers, 0 or 1, JSON). A time shared by
@@ -521,7 +533,7 @@ class Engine(ABC):
         if (
             type(when) is datetime
             and when.tzinfo is UTC
-            and type(first[flag]) is bool
+            and all(type(first[flag]) is bool for flag in flags)
             and type(first[names]) is list
         ):
             return rows
@@ -535,7 +547,8 @@ class Engine(ABC):
                 if found is converted:
                     found = converted[value] = self._time(value)
                 values[i] = found
-            values[flag] = bool(values[flag])
+            for flag in flags:
+                values[flag] = bool(values[flag])
             values[names] = self._list_out(values[names])
             typed.append(values)
         return typed

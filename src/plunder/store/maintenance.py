@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from plunder import errors, payload
-from plunder.model import Lease, SweepResult
+from plunder.model import ErrorInfo, Lease, SweepResult
 from plunder.states import Outcome
 from plunder.store import convert
-from plunder.store.engine import JOB_TIMEOUT, SESSION_LOST, Engine, Now, Row, Tx
+from plunder.store.engine import JOB_EXPIRED, JOB_TIMEOUT, SESSION_LOST, Engine, Now, Row, Tx
 
 # the jobs table's statistics are taken anew once it has grown this many times over the
 # size they saw, counted from at least MIN_PAGES pages (PostgreSQL's own floor for a table
@@ -96,7 +96,9 @@ class Maintenance(Engine):
         self, tx: Tx, session_ids: list[str], clock: Any, error: str | None = None
     ) -> list[Row]:
         """End the running attempts of these sessions — and of any session that no longer
-        exists (a claim that committed after its session was reaped) — as ``lost``."""
+        exists (a claim that committed after its session was reaped) — as ``lost``. Each
+        run records the error its job got: SESSION_LOST, or the WorkerLost of a job whose
+        retry_on_lost is off."""
         error = error or payload.encode(SESSION_LOST.as_dict())
         lost = tx.all(
             "job_lose_many", session_ids=self._list_in(session_ids), error=error, now=clock
@@ -106,7 +108,11 @@ class Maintenance(Engine):
             "run_close",
             [
                 convert.run_end(
-                    r["id"], r["attempt"], r["session_id"], outcome=Outcome.LOST, error=SESSION_LOST
+                    r["id"],
+                    r["attempt"],
+                    r["session_id"],
+                    outcome=Outcome.LOST,
+                    error=ErrorInfo.from_dict(payload.decode(r["error"])),
                 )
                 for r in lost
             ],
@@ -147,6 +153,19 @@ class Maintenance(Engine):
                 ],
                 now=clock,
             )
+            return convert.sweep(rows)
+
+        return self._run(op)
+
+    def job_expire_many(self, lease: Lease, *, limit: int = 500, now: Now = None) -> SweepResult:
+        """Pending jobs past their start-by deadline end ``expired`` (``finished``)."""
+        error = payload.encode(JOB_EXPIRED.as_dict())
+
+        def op(tx: Tx) -> SweepResult:
+            clock = tx.clock(now)
+            self._fence(tx, lease, clock)
+            rows = tx.all("job_expire_many", limit=int(limit), error=error, now=clock)
+            self._announce(tx, rows)
             return convert.sweep(rows)
 
         return self._run(op)

@@ -48,7 +48,7 @@ from plunder.store.sessions import Sessions
 __all__ = ["Row", "SQLStore"]
 
 # The row _fresh reads for a job a numbered insert stored (see _match_numbered).
-_NUMBERED = {"id": 0, "run_at": 1, "created_at": 2}
+_NUMBERED = {"id": 0, "run_at": 1, "created_at": 2, "expires_at": 3}
 
 Claimed = tuple[list[str], list[Sequence[Any]]]  # a claim's column names and rows
 # Priority levels of a queue that a claim reads one by one (see job_claim_many): a queue
@@ -106,7 +106,7 @@ class SQLStore(Maintenance, Reads, Sessions):
                     int(fresh[i][at["id"]]) if i in fresh else int(active[i]["id"])
                     for i in range(len(rows))
                 ]
-            times: dict[Any, datetime] = {}  # a batch shares its created_at and most run_at
+            times: dict[Any, datetime | None] = {}  # shared: created_at and most run_at
             return [
                 self._fresh((settings[i], rows[i]), specs[i], fresh[i], at, times)
                 if i in fresh
@@ -160,16 +160,16 @@ class SQLStore(Maintenance, Reads, Sessions):
         spec: JobSpec,
         inserted: Sequence[Any],
         at: dict[str, int],
-        times: dict[Any, datetime],
+        times: dict[Any, datetime | None],
     ) -> JobRecord:
         """The record of a job just inserted, from what we inserted (what the stored JSON
         text decodes to) and what the database assigned (id and times)."""
         options, row = encoded
         run_at, created_at = inserted[at["run_at"]], inserted[at["created_at"]]
-        if run_at not in times:
-            times[run_at] = self._time(run_at)
-        if created_at not in times:
-            times[created_at] = self._time(created_at)
+        expires_at = inserted[at["expires_at"]]
+        for moment in (run_at, created_at, expires_at):
+            if moment not in times:
+                times[moment] = self._opt_time(moment)
         return build_job(
             int(inserted[at["id"]]),
             options["queue"],
@@ -195,6 +195,8 @@ class SQLStore(Maintenance, Reads, Sessions):
             None,  # error
             (),  # failed_sessions
             0,  # losses
+            options["retry_on_lost"],
+            times[expires_at],
         )
 
     def _match_inserted(
@@ -257,7 +259,10 @@ class SQLStore(Maintenance, Reads, Sessions):
         for i in todo:
             seq = rows[i]["seq"]
             if stored is None or seq in stored:
-                fresh[i] = (seq, clock + batch.settings[i]["delay"], clock)
+                options = batch.settings[i]
+                expires_in = options["expires_in"]
+                expires = None if expires_in is None else clock + expires_in
+                fresh[i] = (seq, clock + options["delay"], clock, expires)
             elif rows[i]["key"] is None:
                 raise errors.StoreError(f"enqueue did not store job {seq}, which has no key")
             else:
@@ -308,7 +313,7 @@ class SQLStore(Maintenance, Reads, Sessions):
             self._announce(tx, [row] if row else [])
             if row is None:
                 self._refuse(
-                    tx, job_id, "retry", "only failed, timed_out or cancelled jobs can be retried"
+                    tx, job_id, "retry", "only jobs that ended without success can be retried"
                 )
             assert row is not None
             return row

@@ -54,18 +54,20 @@ UPDATE plunder_schema SET version = %(version)s WHERE id = 1;
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 INSERT INTO plunder_jobs (
     queue, task, args, kwargs, priority, max_attempts, timeout,
-    backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at
+    backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
+    retry_on_lost, expires_at
 )
 SELECT %(queue)s::text, %(task)s::text, u.args, u.kwargs, %(priority)s::int,
        %(max_attempts)s::int, %(timeout)s::float8, %(backoff_base)s::float8,
        %(backoff_cap)s::float8, %(retry_on_timeout)s::bool, u.key,
-       clock.now + %(delay)s::float8 * interval '1 second', clock.now
+       clock.now + %(delay)s::float8 * interval '1 second', clock.now,
+       %(retry_on_lost)s::bool, clock.now + %(expires_in)s::float8 * interval '1 second'
 FROM unnest(%(seq)s::int[], %(args)s::text[], %(kwargs)s::text[], %(key)s::text[])
          AS u(seq, args, kwargs, key),
      clock
 ORDER BY u.seq
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
-RETURNING id, key, task, queue, created_at, run_at;
+RETURNING id, key, task, queue, created_at, run_at, expires_at;
 
 -- name: job_insert_notify
 -- job_insert, which also wakes the workers of the queues it inserted into when the
@@ -92,22 +94,25 @@ SELECT inserted.* FROM inserted LEFT JOIN woken ON true;
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 INSERT INTO plunder_jobs (
     queue, task, args, kwargs, priority, max_attempts, timeout,
-    backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at
+    backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
+    retry_on_lost, expires_at
 )
 SELECT u.queue, u.task, u.args, u.kwargs, u.priority, u.max_attempts, u.timeout,
        u.backoff_base, u.backoff_cap, u.retry_on_timeout, u.key,
-       clock.now + u.delay * interval '1 second', clock.now
+       clock.now + u.delay * interval '1 second', clock.now,
+       u.retry_on_lost, clock.now + u.expires_in * interval '1 second'
 FROM unnest(
     %(seq)s::int[], %(queue)s::text[], %(task)s::text[], %(args)s::text[],
     %(kwargs)s::text[], %(priority)s::int[], %(max_attempts)s::int[], %(timeout)s::float8[],
     %(backoff_base)s::float8[], %(backoff_cap)s::float8[], %(retry_on_timeout)s::bool[],
-    %(key)s::text[], %(delay)s::float8[]
+    %(key)s::text[], %(delay)s::float8[], %(retry_on_lost)s::bool[],
+    %(expires_in)s::float8[]
 ) AS u(seq, queue, task, args, kwargs, priority, max_attempts, timeout,
-       backoff_base, backoff_cap, retry_on_timeout, key, delay),
+       backoff_base, backoff_cap, retry_on_timeout, key, delay, retry_on_lost, expires_in),
      clock
 ORDER BY u.seq
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
-RETURNING id, key, task, queue, created_at, run_at;
+RETURNING id, key, task, queue, created_at, run_at, expires_at;
 
 -- name: job_insert_mixed_notify
 -- job_insert_notify for job_insert_mixed.
@@ -135,7 +140,8 @@ SELECT NULL::bigint AS id WHERE false;
 -- name: job_get_active_by_keys
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
-       finished_at, deadline_at, session_id, result, error, failed_sessions, losses
+       finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
+       retry_on_lost, expires_at
 FROM plunder_jobs
 WHERE key = ANY(%(keys)s::text[]) AND status IN ('pending', 'running');
 
@@ -143,7 +149,8 @@ WHERE key = ANY(%(keys)s::text[]) AND status IN ('pending', 'running');
 -- A job's own columns (every read of jobs): not the run kept on it (run_*, see job_runs).
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
-       finished_at, deadline_at, session_id, result, error, failed_sessions, losses
+       finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
+       retry_on_lost, expires_at
 FROM plunder_jobs WHERE id = %(job_id)s;
 
 -- name: job_claim_level
@@ -286,12 +293,15 @@ claimed AS (
     -- rows the walk above returns: the statement is prepared with a generic plan, which
     -- cannot know LIMIT and would otherwise join the chosen ids to a scan of every job
     WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
+      -- never a job past its start-by deadline (NULL: none), even one the janitor has not
+      -- ended yet
+      AND (j.expires_at > clock.now) IS NOT FALSE
     -- the job's own columns, not the run kept on it once it succeeds (run_*); unqualified,
     -- as no other relation here has columns of those names (a shorter statement to send)
     RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts,
               timeout, backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
               started_at, finished_at, deadline_at, session_id, result, error,
-              failed_sessions, losses
+              failed_sessions, losses, retry_on_lost, expires_at
 )
 
 -- name: job_exchange
@@ -520,24 +530,28 @@ SET status = 'cancelled',
 WHERE id = %(job_id)s AND status IN ('pending', 'running')
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
-          finished_at, deadline_at, session_id, result, error, failed_sessions, losses;
+          finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
+          retry_on_lost, expires_at;
 
 -- name: job_retry
--- By a person or the API: one more attempt for a job that ended without success.
+-- By a person or the API: one more attempt for a job that ended without success. Without
+-- a start-by deadline: an expired job retried runs whenever a worker takes it.
 UPDATE plunder_jobs
 SET status = 'pending', run_at = COALESCE(%(now)s::timestamptz, statement_timestamp()),
     finished_at = NULL, started_at = NULL, session_id = NULL, result = NULL, error = NULL,
-    max_attempts = GREATEST(max_attempts, attempt + 1)
-WHERE id = %(job_id)s AND status IN ('failed', 'timed_out', 'cancelled')
+    expires_at = NULL, max_attempts = GREATEST(max_attempts, attempt + 1)
+WHERE id = %(job_id)s AND status IN ('failed', 'timed_out', 'cancelled', 'expired')
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
-          finished_at, deadline_at, session_id, result, error, failed_sessions, losses;
+          finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
+          retry_on_lost, expires_at;
 
 -- name: job_list
 -- Newest first, keyset-paginated by id (after is the last id of the previous page).
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
-       finished_at, deadline_at, session_id, result, error, failed_sessions, losses
+       finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
+       retry_on_lost, expires_at
 FROM plunder_jobs
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
   AND (%(status)s::text IS NULL OR status = %(status)s)
@@ -657,26 +671,35 @@ WHERE session_id = %(session_id)s AND status = 'running';
 -- name: job_lose_many
 -- The running jobs of dead sessions, and of sessions that no longer exist (a claim that
 -- committed after its session was reaped): back to pending at once while attempts remain
--- (the attempt that was lost counts), otherwise timed_out. A rescued job keeps its
--- place in the claim order (its run_at), so a backlog cannot starve it, and counts the
--- loss (a suspect after enough of them, see job_claim_many).
+-- (the attempt that was lost counts) and the job's retry_on_lost allows, otherwise
+-- timed_out. A rescued job keeps its place in the claim order (its run_at), so a backlog
+-- cannot starve it, and counts the loss (a suspect after enough of them, see
+-- job_claim_many). One not retried by its policy records plunder.WorkerLost, naming the
+-- session (its JSON as payload.encode writes it), not error.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 UPDATE plunder_jobs AS j
-SET status = CASE WHEN j.attempt < j.max_attempts THEN 'pending' ELSE 'timed_out' END,
+SET status = CASE WHEN j.retry_on_lost AND j.attempt < j.max_attempts THEN 'pending'
+                  ELSE 'timed_out' END,
     run_at = LEAST(j.run_at, clock.now),
-    finished_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE clock.now END,
-    error = %(error)s,
+    finished_at = CASE WHEN j.retry_on_lost AND j.attempt < j.max_attempts THEN NULL
+                       ELSE clock.now END,
+    error = CASE WHEN j.retry_on_lost THEN %(error)s
+                 ELSE '{"type":"plunder.WorkerLost","message":' || to_json(
+                     'the worker''s session ' || j.session_id || ' expired while this '
+                     || 'attempt was running; not run again (retry_on_lost=False)')::text
+                     || ',"traceback":""}' END,
     deadline_at = NULL,
     failed_sessions = array_append(j.failed_sessions, j.session_id),
     losses = j.losses + 1,
-    session_id = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE j.session_id END
+    session_id = CASE WHEN j.retry_on_lost AND j.attempt < j.max_attempts THEN NULL
+                      ELSE j.session_id END
 FROM clock
 WHERE j.status = 'running'
   AND (j.session_id = ANY(%(session_ids)s::text[])
        OR NOT EXISTS (SELECT 1 FROM plunder_sessions AS s WHERE s.id = j.session_id))
 -- the lost session: the one just appended to failed_sessions
 RETURNING j.id, j.attempt, j.status, j.queue,
-          j.failed_sessions[cardinality(j.failed_sessions)] AS session_id;
+          j.failed_sessions[cardinality(j.failed_sessions)] AS session_id, j.error;
 
 -- name: job_timeout_due
 -- Running jobs past their deadline, and the session running each (job_timeout_many may
@@ -707,12 +730,30 @@ FROM clock
 WHERE j.id = ANY(%(job_ids)s::bigint[]) AND j.status = 'running'
 RETURNING j.id, j.attempt, j.status, j.queue;
 
+-- name: job_expire_many
+-- Pending jobs past their start-by deadline end expired, at most limit a pass, the
+-- earliest deadlines first (plunder_jobs_expires holds only pending jobs that have one);
+-- rows a claim holds are skipped, and the claim's own guard refuses them. They never ran:
+-- no session, no history row.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
+due AS (
+    SELECT j.id FROM plunder_jobs AS j, clock
+    WHERE j.status = 'pending' AND j.expires_at IS NOT NULL AND j.expires_at <= clock.now
+    ORDER BY j.expires_at LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE plunder_jobs AS j
+SET status = 'expired', finished_at = clock.now, error = %(error)s
+FROM clock, due
+WHERE j.id = due.id AND j.status = 'pending'
+RETURNING j.id, j.attempt, j.status, j.queue;
+
 -- name: job_prune_find
 -- Finished jobs past retention, the oldest ids first: what job_prune_many then deletes.
 -- A read of its own, so that nothing waits while it scans (with nothing to prune, the whole
 -- table).
 SELECT j.id FROM plunder_jobs AS j
-WHERE j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+WHERE j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired')
   AND j.finished_at < COALESCE(%(now)s::timestamptz, statement_timestamp())
                       - %(older_than)s * interval '1 second'
 ORDER BY j.id
@@ -726,7 +767,7 @@ gone AS (
     DELETE FROM plunder_jobs AS j
     USING clock
     WHERE j.id = ANY(%(ids)s::bigint[])
-      AND j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+      AND j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired')
       AND j.finished_at < clock.now - %(older_than)s * interval '1 second'
     RETURNING j.id
 ),

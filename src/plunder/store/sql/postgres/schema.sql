@@ -12,19 +12,24 @@ CREATE TABLE plunder_jobs (
     kwargs TEXT NOT NULL DEFAULT '{}',
     priority INTEGER NOT NULL DEFAULT 0,
     status TEXT NOT NULL DEFAULT 'pending'
-        CHECK (status IN ('pending', 'running', 'succeeded', 'failed', 'timed_out', 'cancelled')),
+        CHECK (status IN ('pending', 'running', 'succeeded', 'failed', 'timed_out', 'cancelled',
+                          'expired')),
     attempt INTEGER NOT NULL DEFAULT 0,
     max_attempts INTEGER NOT NULL DEFAULT 1 CHECK (max_attempts >= 1),
     timeout DOUBLE PRECISION CHECK (timeout IS NULL OR timeout > 0),
     backoff_base DOUBLE PRECISION NOT NULL DEFAULT 1.0,
     backoff_cap DOUBLE PRECISION NOT NULL DEFAULT 300.0,
     retry_on_timeout BOOLEAN NOT NULL DEFAULT TRUE,
+    -- a run lost with its worker is retried (see job_lose_many; migration 0012)
+    retry_on_lost BOOLEAN NOT NULL DEFAULT TRUE,
     key TEXT,
     run_at TIMESTAMPTZ NOT NULL,
     created_at TIMESTAMPTZ NOT NULL,
     started_at TIMESTAMPTZ,
     finished_at TIMESTAMPTZ,
     deadline_at TIMESTAMPTZ,
+    -- the start-by deadline of a job not started yet: a claim never takes it later
+    expires_at TIMESTAMPTZ,
     session_id TEXT,
     result TEXT,
     error TEXT,
@@ -45,6 +50,9 @@ CREATE INDEX plunder_jobs_claim ON plunder_jobs (queue, priority DESC, run_at, i
 COMMENT ON INDEX plunder_jobs_claim IS
     'claims: one queue, one priority level at a time, the jobs due now first';
 CREATE INDEX plunder_jobs_running ON plunder_jobs (session_id) WHERE status = 'running';
+-- The janitor's walk of the pending jobs past their start-by deadline (job_expire_many).
+CREATE INDEX plunder_jobs_expires ON plunder_jobs (expires_at)
+    WHERE status = 'pending' AND expires_at IS NOT NULL;
 -- An idempotency key names at most one active job.
 CREATE UNIQUE INDEX plunder_jobs_key ON plunder_jobs (key)
     WHERE key IS NOT NULL AND status IN ('pending', 'running');

@@ -53,10 +53,12 @@ UPDATE plunder_schema SET version = :version WHERE id = 1;
 -- parser needs a WHERE before ON CONFLICT in an INSERT … SELECT.)
 INSERT INTO plunder_jobs (
     id, queue, task, args, kwargs, priority, max_attempts, timeout,
-    backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at
+    backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
+    retry_on_lost, expires_at
 )
 SELECT v.column1, :queue, :task, v.column2, v.column3, :priority, :max_attempts, :timeout,
-       :backoff_base, :backoff_cap, :retry_on_timeout, v.column4, :now + :delay, :now
+       :backoff_base, :backoff_cap, :retry_on_timeout, v.column4, :now + :delay, :now,
+       :retry_on_lost, :now + :expires_in
 FROM (VALUES (:seq, :args, :kwargs, :key)) AS v
 WHERE true
 ORDER BY v.column1
@@ -71,12 +73,15 @@ ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO 
 -- batch. job_insert for jobs that do not share their options: each row brings its own.
 INSERT INTO plunder_jobs (
     id, queue, task, args, kwargs, priority, max_attempts, timeout,
-    backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at
+    backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
+    retry_on_lost, expires_at
 )
 SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, v.column7, v.column8,
-       v.column9, v.column10, v.column11, v.column12, :now + v.column13, :now
+       v.column9, v.column10, v.column11, v.column12, :now + v.column13, :now,
+       v.column14, :now + v.column15
 FROM (VALUES (:seq, :queue, :task, :args, :kwargs, :priority, :max_attempts, :timeout,
-              :backoff_base, :backoff_cap, :retry_on_timeout, :key, :delay)) AS v
+              :backoff_base, :backoff_cap, :retry_on_timeout, :key, :delay,
+              :retry_on_lost, :expires_in)) AS v
 WHERE true
 ORDER BY v.column1
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING;
@@ -95,7 +100,8 @@ SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'plunder_jobs'
 -- name: job_get_active_by_keys
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
-       finished_at, deadline_at, session_id, result, error, failed_sessions, losses
+       finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
+       retry_on_lost, expires_at
 FROM plunder_jobs
 WHERE key IN (SELECT value FROM json_each(:keys)) AND status IN ('pending', 'running');
 
@@ -103,7 +109,8 @@ WHERE key IN (SELECT value FROM json_each(:keys)) AND status IN ('pending', 'run
 -- A job's own columns (every read of jobs): not the run kept on it (run_*, see job_runs).
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
-       finished_at, deadline_at, session_id, result, error, failed_sessions, losses
+       finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
+       retry_on_lost, expires_at
 FROM plunder_jobs WHERE id = :job_id;
 
 -- name: job_claim_level
@@ -196,7 +203,8 @@ SELECT 0 WHERE 0;
 
 -- name: job_claim_many
 -- Claim the pending jobs :ids (chosen by job_claim_walk in this transaction, under the
--- write lock) for a live session.
+-- write lock) for a live session; never one past its start-by deadline, even one the
+-- janitor has not ended yet.
 UPDATE plunder_jobs
 SET status = 'running',
     attempt = attempt + 1,
@@ -209,11 +217,13 @@ SET status = 'running',
         (SELECT name, host, pid FROM plunder_sessions WHERE id = :session_id)
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND +status = 'pending'
+  AND (expires_at IS NULL OR expires_at > :now)  -- the start-by deadline
   AND EXISTS (SELECT 1 FROM plunder_sessions WHERE id = :session_id AND expires_at > :now)
 -- the job's own columns, not the run kept on it once it succeeds (run_*)
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
-          finished_at, deadline_at, session_id, result, error, failed_sessions, losses;
+          finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
+          retry_on_lost, expires_at;
 
 -- name: run_close
 -- batch. The history row of an attempt that ended other than in success, written once, as
@@ -335,24 +345,28 @@ SET status = 'cancelled', finished_at = :now, deadline_at = NULL
 WHERE id = :job_id AND status IN ('pending', 'running')
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
-          finished_at, deadline_at, session_id, result, error, failed_sessions, losses;
+          finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
+          retry_on_lost, expires_at;
 
 -- name: job_retry
--- By a person or the API: one more attempt for a job that ended without success.
+-- By a person or the API: one more attempt for a job that ended without success. Without
+-- a start-by deadline: an expired job retried runs whenever a worker takes it.
 UPDATE plunder_jobs
 SET status = 'pending', run_at = :now, finished_at = NULL, started_at = NULL,
-    session_id = NULL, result = NULL, error = NULL,
+    session_id = NULL, result = NULL, error = NULL, expires_at = NULL,
     max_attempts = max(max_attempts, attempt + 1)
-WHERE id = :job_id AND status IN ('failed', 'timed_out', 'cancelled')
+WHERE id = :job_id AND status IN ('failed', 'timed_out', 'cancelled', 'expired')
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
-          finished_at, deadline_at, session_id, result, error, failed_sessions, losses;
+          finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
+          retry_on_lost, expires_at;
 
 -- name: job_list
 -- Newest first, keyset-paginated by id (:after is the last id of the previous page).
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
-       finished_at, deadline_at, session_id, result, error, failed_sessions, losses
+       finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
+       retry_on_lost, expires_at
 FROM plunder_jobs
 WHERE (:queue IS NULL OR queue = :queue)
   AND (:status IS NULL OR status = :status)
@@ -452,24 +466,33 @@ WHERE session_id = :session_id AND status = 'running';
 -- name: job_lose_many
 -- The running jobs of dead sessions, and of sessions that no longer exist (a claim that
 -- committed after its session was reaped): back to pending at once while attempts remain
--- (the attempt that was lost counts), otherwise timed_out. A rescued job keeps its
--- place in the claim order (its run_at), so a backlog cannot starve it, and counts the
--- loss (a suspect after enough of them, see job_claim_many).
+-- (the attempt that was lost counts) and the job's retry_on_lost allows, otherwise
+-- timed_out. A rescued job keeps its place in the claim order (its run_at), so a backlog
+-- cannot starve it, and counts the loss (a suspect after enough of them, see
+-- job_claim_many). One not retried by its policy records plunder.WorkerLost, naming the
+-- session (its JSON as payload.encode writes it), not :error.
 UPDATE plunder_jobs
-SET status = CASE WHEN attempt < max_attempts THEN 'pending' ELSE 'timed_out' END,
+SET status = CASE WHEN retry_on_lost AND attempt < max_attempts THEN 'pending'
+                  ELSE 'timed_out' END,
     run_at = CASE WHEN run_at < :now THEN run_at ELSE :now END,
-    finished_at = CASE WHEN attempt < max_attempts THEN NULL ELSE :now END,
-    error = :error,
+    finished_at = CASE WHEN retry_on_lost AND attempt < max_attempts THEN NULL ELSE :now END,
+    error = CASE WHEN retry_on_lost THEN :error
+                 ELSE '{"type":"plunder.WorkerLost","message":' || json_quote(
+                     'the worker''s session ' || session_id || ' expired while this attempt '
+                     || 'was running; not run again (retry_on_lost=False)')
+                     || ',"traceback":""}' END,
     deadline_at = NULL,
     failed_sessions = json_insert(failed_sessions, '$[#]', session_id),
     losses = losses + 1,
-    session_id = CASE WHEN attempt < max_attempts THEN NULL ELSE session_id END
+    session_id = CASE WHEN retry_on_lost AND attempt < max_attempts THEN NULL
+                      ELSE session_id END
 WHERE status = 'running'
   AND (session_id IN (SELECT value FROM json_each(:session_ids))
        OR NOT EXISTS (SELECT 1 FROM plunder_sessions AS s
                       WHERE s.id = plunder_jobs.session_id))
 -- the lost session: the one just appended to failed_sessions
-RETURNING id, attempt, status, queue, json_extract(failed_sessions, '$[#-1]') AS session_id;
+RETURNING id, attempt, status, queue, json_extract(failed_sessions, '$[#-1]') AS session_id,
+          error;
 
 -- name: job_timeout_due
 -- Running jobs past their deadline, and the session running each (job_timeout_many may
@@ -494,12 +517,24 @@ SET status = CASE WHEN retry_on_timeout AND attempt < max_attempts THEN 'pending
 WHERE id IN (SELECT value FROM json_each(:job_ids)) AND status = 'running'
 RETURNING id, attempt, status, queue;
 
+-- name: job_expire_many
+-- Pending jobs past their start-by deadline end expired, at most :limit a pass, the
+-- earliest deadlines first (plunder_jobs_expires holds only pending jobs that have one).
+-- They never ran: no session, no history row.
+UPDATE plunder_jobs
+SET status = 'expired', finished_at = :now, error = :error
+WHERE id IN (SELECT id FROM plunder_jobs INDEXED BY plunder_jobs_expires
+             WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= :now
+             ORDER BY expires_at LIMIT :limit)
+  AND status = 'pending'
+RETURNING id, attempt, status, queue;
+
 -- name: job_prune_find
 -- Finished jobs past retention, the oldest ids first: what job_prune_many then deletes. A
 -- read of its own, outside the write lock, which nobody else could take while it scans
 -- (with nothing to prune, the whole table).
 SELECT id FROM plunder_jobs
-WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired')
   AND finished_at < :now - :older_than
 ORDER BY id
 LIMIT :limit;
@@ -509,7 +544,7 @@ LIMIT :limit;
 -- and events go with them: foreign keys ON DELETE CASCADE).
 DELETE FROM plunder_jobs
 WHERE id IN (SELECT value FROM json_each(:ids))
-  AND status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+  AND status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired')
   AND finished_at < :now - :older_than
 RETURNING id;
 

@@ -14,19 +14,24 @@ CREATE TABLE plunder_jobs (
     -- set of such an IN list afresh for every row it checks, microseconds per write (0008)
     status TEXT NOT NULL DEFAULT 'pending'
         CHECK (status = 'pending' OR status = 'running' OR status = 'succeeded'
-               OR status = 'failed' OR status = 'timed_out' OR status = 'cancelled'),
+               OR status = 'failed' OR status = 'timed_out' OR status = 'cancelled'
+               OR status = 'expired'),
     attempt INTEGER NOT NULL DEFAULT 0,
     max_attempts INTEGER NOT NULL DEFAULT 1 CHECK (max_attempts >= 1),
     timeout REAL CHECK (timeout IS NULL OR timeout > 0),
     backoff_base REAL NOT NULL DEFAULT 1.0,
     backoff_cap REAL NOT NULL DEFAULT 300.0,
     retry_on_timeout INTEGER NOT NULL DEFAULT 1,
+    -- a run lost with its worker is retried (see job_lose_many; migration 0012)
+    retry_on_lost INTEGER NOT NULL DEFAULT 1,
     key TEXT,
     run_at REAL NOT NULL,
     created_at REAL NOT NULL,
     started_at REAL,
     finished_at REAL,
     deadline_at REAL,
+    -- the start-by deadline of a job not started yet: a claim never takes it later
+    expires_at REAL,
     session_id TEXT,
     result TEXT,
     error TEXT,
@@ -46,6 +51,9 @@ CREATE INDEX plunder_jobs_claim ON plunder_jobs (queue, priority DESC, run_at, i
     WHERE status = 'pending';
 CREATE INDEX plunder_jobs_pending_run_at ON plunder_jobs (run_at) WHERE status = 'pending';
 CREATE INDEX plunder_jobs_running ON plunder_jobs (session_id) WHERE status = 'running';
+-- The janitor's walk of the pending jobs past their start-by deadline (job_expire_many).
+CREATE INDEX plunder_jobs_expires ON plunder_jobs (expires_at)
+    WHERE status = 'pending' AND expires_at IS NOT NULL;
 -- An idempotency key names at most one active job.
 CREATE UNIQUE INDEX plunder_jobs_key ON plunder_jobs (key)
     WHERE key IS NOT NULL AND status IN ('pending', 'running');

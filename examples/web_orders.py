@@ -3,8 +3,8 @@ wsgiref). ``POST /orders`` inserts the order row and enqueues the job that charg
 sqlite3 transaction: both exist, or neither. The task marks the order paid in the
 transaction that acknowledges the job, so a charge is recorded exactly once.
 
-    plunder worker -A web_orders:app             # in this directory
     python web_orders.py                         # serves http://127.0.0.1:8000
+    plunder worker -A web_orders:app             # in this directory
     curl -d item=teapot http://127.0.0.1:8000/orders
     curl http://127.0.0.1:8000/orders/1
 """
@@ -88,6 +88,9 @@ def reply(respond: Respond, status: str, body: dict[str, Any]) -> list[bytes]:
 
 
 if __name__ == "__main__":
+    # plunder's tables first (they put the file in WAL mode): an order's transaction must
+    # not be the first to write a new file, since its enqueue then waits on a lock it holds
+    app.store.migrate()
     with make_server("127.0.0.1", int(os.environ.get("PORT", "8000")), wsgi) as server:
         print(f"serving on http://127.0.0.1:{server.server_port}", flush=True)
         server.serve_forever()

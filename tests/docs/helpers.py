@@ -9,12 +9,15 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+OPENED = re.compile(r"INFO plunder\.worker: session \S+ opened$", re.MULTILINE)
+STARTUP = 60.0  # seconds a worker may take to open its session on a loaded machine
 
 
 def fenced(path: Path, lang: str) -> list[str]:
@@ -85,10 +88,12 @@ def run(argv: list[str], cwd: Path, url: str | None, timeout: float = 90, **env:
 def worker(
     command: list[str], cwd: Path, url: str | None, logs: Path | None = None, **env: str
 ) -> Iterator[subprocess.Popen[str]]:
-    """A real ``plunder worker`` process, stopped with SIGTERM (as an operator would) at
-    the end; one that exited early fails the test with its log (written to ``logs``)."""
+    """A real ``plunder worker`` process, yielded once its session is open (as a reader
+    starts one and waits for it), stopped with SIGTERM (as an operator would) at the end;
+    one that exited early fails the test with its log (written to ``logs``)."""
     logs = logs or cwd
-    log = (logs / f"worker-{len(list(logs.glob('worker-*.log')))}.log").open("w")
+    path = logs / f"worker-{len(list(logs.glob('worker-*.log')))}.log"
+    log = path.open("w")
     proc = subprocess.Popen(
         plunder_argv(command),
         cwd=cwd,
@@ -99,8 +104,9 @@ def worker(
         text=True,
     )
     try:
+        wait_opened(proc, path)
         yield proc
-        assert proc.poll() is None, f"the worker exited early:\n{Path(log.name).read_text()}"
+        assert proc.poll() is None, f"the worker exited early:\n{path.read_text()}"
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -111,3 +117,13 @@ def worker(
                 proc.kill()
                 proc.wait()
             log.close()
+
+
+def wait_opened(proc: subprocess.Popen[str], log: Path) -> None:
+    """Until the worker logs its open session (its signal handlers are installed by then);
+    an AssertionError with its log if it exits first or takes longer than STARTUP."""
+    deadline = time.monotonic() + STARTUP
+    while not OPENED.search(log.read_text()):
+        assert proc.poll() is None, f"the worker exited while starting:\n{log.read_text()}"
+        assert time.monotonic() < deadline, f"no session in {STARTUP:.0f}s:\n{log.read_text()}"
+        time.sleep(0.05)  # a poll of the log, bounded by the deadline

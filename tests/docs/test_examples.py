@@ -58,12 +58,12 @@ def test_the_web_app_commits_the_order_and_its_job_together(tmp_path: Path) -> N
     try:
         assert server.stdout is not None
         base = server.stdout.readline().split()[-1]  # "serving on http://127.0.0.1:PORT"
+        status, made = request(f"{base}/orders", b"item=teapot")  # before any worker runs
+        assert status == 201, made
+        assert request(f"{base}/orders", b"item=")[0] == 400
         with worker(
             ["plunder", "worker", "-A", "web_orders:app"], EXAMPLES, None, tmp_path, **shop
         ):
-            status, made = request(f"{base}/orders", b"item=teapot")
-            assert status == 201, made
-            assert request(f"{base}/orders", b"item=")[0] == 400
             app = plunder.App(f"sqlite:///{db}")
             try:
                 assert app.job(int(str(made["job"]))).result(timeout=30) is None

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import collections
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import plunder
@@ -39,6 +41,17 @@ def start_workers(count: int) -> list[subprocess.Popen[bytes]]:
     ]
 
 
+def wait_live(workers: list[subprocess.Popen[bytes]], timeout: float = 60) -> None:
+    """Until every worker has opened its session (it handles SIGTERM from then on)."""
+    deadline = time.monotonic() + timeout
+    mine = {(socket.gethostname(), proc.pid) for proc in workers}
+    while not mine <= {(s.host, s.pid) for s in app.store.session_list()}:
+        exited = [proc.args[-1] for proc in workers if proc.poll() is not None]
+        if exited or time.monotonic() > deadline:
+            sys.exit(f"the workers are not all live after {timeout:.0f}s (exited: {exited})")
+        time.sleep(0.1)
+
+
 def stop_workers(workers: list[subprocess.Popen[bytes]]) -> list[int]:
     """SIGTERM each (a graceful stop), then their exit codes."""
     for proc in workers:
@@ -51,6 +64,7 @@ def main(count: int, jobs: int) -> None:
         sys.exit("set PLUNDER_URL=postgresql://... (this example is for PostgreSQL)")
     workers = start_workers(count)
     try:
+        wait_live(workers)
         handles = square.enqueue_many([(n,) for n in range(jobs)])  # one transaction
         results = [job.result(timeout=120) for job in handles]
         assert results == [n * n for n in range(jobs)], "a result is wrong"

@@ -95,7 +95,17 @@ def test_a_refused_port_is_retried_a_bounded_time_one_line_per_attempt() -> None
 
 
 def test_enqueue_wait_timeout_is_one_line(store_url: str) -> None:
-    result = cli("--db", store_url, "enqueue", "add", "[1, 2]", "--wait", "--wait-timeout", "0.5")
+    result = cli(
+        "--db",
+        store_url,
+        "enqueue",
+        "add",
+        "[1, 2]",
+        "--unregistered",
+        "--wait",
+        "--wait-timeout",
+        "0.5",
+    )
     assert "still pending" in one_line_error(result)
 
 
@@ -135,7 +145,7 @@ def test_db_is_taken_after_the_command_too(
 
 def test_enqueue_takes_db_after_the_command(store_url: str, tmp_path: Path) -> None:
     decoy = f"sqlite:///{tmp_path / 'decoy.db'}"
-    made = cli("--db", decoy, "enqueue", "add", "[1, 2]", "--db", store_url)
+    made = cli("--db", decoy, "enqueue", "add", "[1, 2]", "--unregistered", "--db", store_url)
     assert made.exit_code == 0, made.stderr
     listed = cli("jobs", "--db", store_url)
     assert "add" in listed.stdout

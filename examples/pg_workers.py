@@ -46,7 +46,7 @@ def wait_live(workers: list[subprocess.Popen[bytes]], timeout: float = 60) -> No
     deadline = time.monotonic() + timeout
     mine = {(socket.gethostname(), proc.pid) for proc in workers}
     while not mine <= {(s.host, s.pid) for s in app.store.session_list()}:
-        exited = [proc.args[-1] for proc in workers if proc.poll() is not None]
+        exited = [f"worker-{n}" for n, proc in enumerate(workers, 1) if proc.poll() is not None]
         if exited or time.monotonic() > deadline:
             sys.exit(f"the workers are not all live after {timeout:.0f}s (exited: {exited})")
         time.sleep(0.1)

@@ -40,7 +40,7 @@ class Options:
     (its worker's session expired while it ran: the worker died, hung or lost the
     database). Each such attempt counts against ``retries``; a job whose policy says no, or
     with no attempts left, ends at once. A *start-by* deadline (``expires_in``) ends a job
-    that has not started in time as ``expired``: it never runs.
+    that is not started in time, for its first attempt or a retry, as ``expired``.
 
     | option | meaning | default |
     |---|---|---|
@@ -61,8 +61,9 @@ class Options:
     always has), with a ``plunder.WorkerLost`` error naming the session: nothing whose
     worker died mid-run is run again (a stale request is dead), where the
     default runs it again (at least once). The start-by deadline is read on the database
-    clock and bounds the first start only: a job that started and is retried, or is retried
-    by hand, has none (the retry policies govern it). It must be longer than ``delay``.
+    clock and bounds every start: a job still waiting for a retry at the deadline ends
+    ``expired`` too; a job retried by hand (also from ``expired``) has none. It must be
+    longer than ``delay``.
     """
 
     queue: str = "default"

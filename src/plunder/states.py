@@ -33,7 +33,7 @@ class Status(StrEnum):
     FAILED = "failed"
     TIMED_OUT = "timed_out"
     CANCELLED = "cancelled"
-    EXPIRED = "expired"  # not started by its start-by deadline; never ran
+    EXPIRED = "expired"  # no attempt started by its start-by deadline (expires_in); runs no more
 
 
 class Outcome(StrEnum):

@@ -28,14 +28,6 @@ MAX_LOG_LINES = 200
 FLUSH_BYTES = 4096
 
 
-class _Unset:
-    def __repr__(self) -> str:
-        return "UNSET"
-
-
-UNSET: Any = _Unset()  # transaction(result=...) not given
-
-
 class _LineCapture(logging.Handler):
     def __init__(self, lines: list[str]) -> None:
         super().__init__(logging.DEBUG)
@@ -90,7 +82,6 @@ class Context(JobIdentity):
         self.acknowledged = False  # set when transaction() committed the acknowledgement
         self._acknowledged_result: Any = None
         self._open: _OpenTransaction | None = None  # transaction() begun, not yet ended
-        self._tx_thread: TxThread | None = None  # an async transaction's thread
         self.cancel_reason: str | None = None
         self.log_lines: list[str] = []
         self._logger: logging.Logger | None = None
@@ -178,7 +169,14 @@ class Context(JobIdentity):
 
     def _flush_locked(self) -> None:
         events = self.take_events()
-        if events:
+        if events and self.acknowledged:  # the job's stream ended with its transaction
+            log.warning(
+                "job %d: %d stream events made after its transaction acknowledged it were "
+                "discarded (stream before the transaction block ends)",
+                self.job_id,
+                len(events),
+            )
+        elif events:
             try:
                 self._store.stream_append(self.claim, events)
             except errors.StaleClaim:
@@ -190,18 +188,18 @@ class Context(JobIdentity):
                 raise
 
     # -- exactly-once effects -------------------------------------------------------------
-    def transaction(self, *, result: Any = UNSET) -> TaskTransaction:
-        """``with ctx.transaction() as conn:`` (``async with`` in an ``async def`` task):
-        writes made on ``conn`` commit in one transaction with this job's acknowledgement,
-        whose result is the value the task returns, or not at all.
+    def transaction(self, *, result: Any = None) -> TaskTransaction:
+        """``with ctx.transaction(result=value) as conn:`` (``async with`` in an ``async
+        def`` task): writes made on ``conn`` commit at the end of the block in one
+        transaction with this job's acknowledgement, whose result is ``value``, or not at
+        all. The job has succeeded from that commit on; it is the attempt's only result.
 
-        Without ``result`` the transaction stays open after the block and commits when the
-        task returns, with the returned value as the job's result; an exception raised
-        after the block rolls the writes back and fails the attempt like any other. Keep
-        the code after the block short: the transaction (on SQLite, the database's write
-        lock) is held until the task returns. With ``result`` the transaction commits at
-        the end of the block with that result, and a task that then returns anything else
-        is refused: the job keeps ``result`` and the worker logs the refusal as an error.
+        The task must then return ``value`` (or an equal value): a task that returns
+        anything else has its return refused. The job keeps ``value``, and the worker logs
+        an ERROR naming the job (logger ``plunder.worker``); the job's record cannot show
+        it, since the commit closed the run. Stream events and progress buffered after the
+        block are discarded with a warning (the job's stream ended with it); other plunder
+        calls (enqueues, reads) work as anywhere else.
 
         If the claim is no longer current the writes are rolled back and
         :class:`StaleClaim` is raised. If the database refuses the COMMIT (a serialization
@@ -211,54 +209,28 @@ class Context(JobIdentity):
         for longer than two session expiries is ended by the server, so that a worker cut
         off in the middle of it cannot hold its locks for good.
 
-        ``with`` yields the driver's connection (sqlite3 or psycopg). ``async with`` yields
-        an :class:`AsyncConnection` whose statements run on a thread of the transaction's
-        own, so the worker's event loop never waits on the database.
+        ``with`` yields the driver's connection (sqlite3 or psycopg) and is refused on a
+        thread that runs an event loop: an ``async def`` task uses ``async with``, which
+        yields an :class:`AsyncConnection` whose statements, and the commit, run on a
+        thread of the transaction's own, so the event loop never waits on the database.
         """
         return TaskTransaction(self, result)
 
-    def finish(self, returned: Any) -> None:
-        """Called by the worker on the task's thread once the task returned ``returned``:
-        commit a transaction left open with it as the result, or check it against the
-        result a ``transaction(result=...)`` committed (PlunderError if it differs)."""
-        thread = self._tx_thread
-        if thread is None:
-            self._settle(returned)
-            return
-        self._tx_thread = None
+    def refused_return(self, returned: Any) -> str | None:
+        """Why ``returned`` cannot be this acknowledged job's result (it differs from the
+        result its transaction committed), or None when it is that result."""
+        kept = payload.encode(self._acknowledged_result, what="result")
         try:
-            thread.submit(lambda: self._settle(returned)).result()
-        finally:
-            thread.give_back()
-
-    async def finish_async(self, returned: Any) -> None:
-        """:meth:`finish` for an ``async def`` task, on the worker's event loop: the commit
-        runs on the transaction's own thread."""
-        thread = self._tx_thread
-        if thread is None:
-            self._settle(returned)  # a plain ``with`` in an async task: it blocks as it did
-            return
-        self._tx_thread = None
-        try:
-            await thread.call(lambda: self._settle(returned))
-        finally:
-            thread.give_back()
-
-    def abandon(self, exc: BaseException) -> BaseException:
-        """Called by the worker when the task raised ``exc`` (or was cancelled): roll back
-        a transaction still open. Returns the error to report: ``exc``, or the rollback's
-        own error, chained to it. For an async transaction the rollback is queued on its
-        thread without waiting (a cancelled task must not wait), and a failure is logged."""
-        thread, self._tx_thread = self._tx_thread, None
-        if thread is not None:
-            done = thread.submit(lambda: self._rollback(exc))
-            done.add_done_callback(lambda f: _rolled_back(f, self.job_id, thread))
-            return exc
-        try:
-            self._rollback(exc)
-        except BaseException as rollback_error:
-            return rollback_error
-        return exc
+            given = payload.encode(returned, what="result")
+        except errors.PayloadError as exc:
+            given = str(exc)
+        if given == kept:
+            return None
+        return (
+            f"job {self.job_id} returned {given[:80]}, not the result its transaction "
+            f"committed ({kept[:80]}); the return value is refused and the job keeps the "
+            "committed result: return what ctx.transaction(result=...) was given"
+        )
 
     def _begin(self, result: Any) -> Any:
         if self.acknowledged or self._open is not None:
@@ -271,37 +243,17 @@ class Context(JobIdentity):
         self._open = _OpenTransaction(manager, conn, result)
         return conn
 
-    def _block_ended(self, exc: BaseException | None) -> None:
-        """The ``with`` block ended: roll back on an exception, commit now if the result
-        was given, else stay open until the task returns."""
-        open_ = self._open
+    def _end(self, exc: BaseException | None) -> None:
+        """The block ended: roll back on an exception, else commit with the acknowledgement."""
+        open_, self._open = self._open, None
         if open_ is None:
             return
         if exc is not None:
-            self._rollback(exc)
-        elif open_.result is not UNSET:
-            self._commit(open_.result)
-
-    def _settle(self, returned: Any) -> None:
-        if self._open is not None:
-            self._commit(returned)
-        elif self.acknowledged:
-            self._check_returned(returned)
-
-    def _check_returned(self, returned: Any) -> None:
-        kept = payload.encode(self._acknowledged_result, what="result")
-        if payload.encode(returned, what="result") != kept:
-            raise errors.PlunderError(
-                f"job {self.job_id} returned a value other than the result its transaction "
-                f"committed ({kept[:80]}); the return value is refused: return what "
-                "ctx.transaction(result=...) was given, or leave result= out"
-            )
-
-    def _commit(self, result: Any) -> None:
-        open_, self._open = self._open, None
-        assert open_ is not None
+            _exit_raising(open_.manager, exc)
+            return
+        completion = Completion(self.claim, open_.result, logs=tuple(self.log_lines))
         try:
-            ack = self._store.job_complete_many([Completion(self.claim, result)], conn=open_.conn)
+            ack = self._store.job_complete_many([completion], conn=open_.conn)
             if self.claim not in ack.accepted:
                 raise errors.StaleClaim(
                     f"job {self.job_id} attempt {self.attempt} is no longer claimed by this "
@@ -310,17 +262,12 @@ class Context(JobIdentity):
                     attempt=self.attempt,
                     session_id=self.claim.session_id,
                 )
-        except BaseException as exc:
-            _exit_raising(open_.manager, exc)
+        except BaseException as error:
+            _exit_raising(open_.manager, error)
             raise
         open_.manager.__exit__(None, None, None)
+        self._acknowledged_result = open_.result
         self.acknowledged = True
-        self._acknowledged_result = result
-
-    def _rollback(self, exc: BaseException) -> None:
-        open_, self._open = self._open, None
-        if open_ is not None:
-            _exit_raising(open_.manager, exc)
 
 
 @dataclass(slots=True)
@@ -340,13 +287,6 @@ def _exit_raising(manager: AbstractContextManager[Any], exc: BaseException) -> N
             raise
 
 
-def _rolled_back(done: Future[None], job_id: int, thread: TxThread) -> None:
-    thread.give_back()
-    error = done.exception()
-    if error is not None:
-        log.error("job %d: rolling back its transaction failed: %r", job_id, error)
-
-
 class TaskTransaction:
     """What ``ctx.transaction()`` returns: a context manager for ``with`` and, in an
     ``async def`` task, for ``async with`` (see :meth:`Context.transaction`)."""
@@ -354,25 +294,51 @@ class TaskTransaction:
     def __init__(self, ctx: Context, result: Any) -> None:
         self._ctx = ctx
         self._result = result
+        self._thread: TxThread | None = None  # ``async with``'s, from enter to exit
 
     def __enter__(self) -> Any:
+        if _loop_running():
+            raise errors.PlunderError(
+                f"job {self._ctx.job_id}: `with ctx.transaction()` would block the event "
+                "loop and share its connection; in an async def task use `async with`"
+            )
         return self._ctx._begin(self._result)
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
-        self._ctx._block_ended(exc)
+        self._ctx._end(exc)
 
     async def __aenter__(self) -> AsyncConnection:
         ctx = self._ctx
-        if ctx._tx_thread is None:  # kept until the task ends: finish/abandon give it back
-            ctx._tx_thread = TxThread.take()
-        thread = ctx._tx_thread
-        conn = await thread.call(lambda: ctx._begin(self._result))
+        thread = self._thread = TxThread.take()
+        try:
+            conn = await thread.settle(lambda: ctx._begin(self._result))
+        except BaseException as exc:  # cancelled while it began: it ends here, rolled back
+            try:
+                await thread.settle(lambda: ctx._end(exc))
+            finally:
+                self._give_back()
+            raise
         return AsyncConnection(conn, thread)
 
     async def __aexit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
-        ctx = self._ctx
-        assert ctx._tx_thread is not None
-        await ctx._tx_thread.call(lambda: ctx._block_ended(exc))
+        assert self._thread is not None
+        try:
+            await self._thread.settle(lambda: self._ctx._end(exc))
+        finally:
+            self._give_back()
+
+    def _give_back(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.give_back()
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class AsyncConnection:
@@ -394,13 +360,16 @@ class AsyncConnection:
         return await self.run(run)
 
     async def run(self, fn: Callable[[Any], T]) -> T:
-        """``fn(conn)`` on the transaction's thread, with the driver's connection."""
-        return await self._thread.call(lambda: fn(self.sync))
+        """``fn(conn)`` on the transaction's thread, with the driver's connection. If the
+        task is cancelled meanwhile, the call still ends on the thread (its transaction is
+        rolled back after it)."""
+        return await asyncio.wrap_future(self._thread.submit(lambda: fn(self.sync)))
 
 
 class TxThread:
-    """A thread that runs every database call of one async transaction, kept for later
-    ones when it ends (each thread keeps its own SQLite connection)."""
+    """A thread that runs every database call of one async transaction, taken when it
+    begins and given back when it ends (each thread keeps its own SQLite connection).
+    Calls run one at a time, in the order they were made."""
 
     _idle: ClassVar[list[TxThread]] = []
     _idle_lock: ClassVar[threading.Lock] = threading.Lock()
@@ -422,5 +391,20 @@ class TxThread:
     def submit(self, fn: Callable[[], T]) -> Future[T]:
         return self._executor.submit(fn)
 
-    async def call(self, fn: Callable[[], T]) -> T:
-        return await asyncio.wrap_future(self.submit(fn))
+    async def settle(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on the thread, awaited to its end even if the caller is cancelled
+        meanwhile (a begin, commit or rollback must not be left half-way or skipped); the
+        cancellation is raised once it has ended."""
+        done = asyncio.wrap_future(self.submit(fn))
+        cancelled: asyncio.CancelledError | None = None
+        while not done.done():
+            try:
+                await asyncio.wait([done])  # a cancelled wait leaves ``done`` running
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+        error = done.exception()
+        if cancelled is not None:
+            raise cancelled from error
+        if error is not None:
+            raise error
+        return done.result()

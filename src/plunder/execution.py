@@ -303,10 +303,8 @@ class ThreadRunner:
         try:
             args, kwargs = call_arguments(handle.task, handle.job, handle.ctx)
             result = handle.task.fn(*args, **kwargs)
-            handle.ctx.finish(result)  # commits the task's own transaction, if left open
         except BaseException as exc:  # reported as the job's failure, never swallowed
-            error = handle.ctx.abandon(exc)
-            self.outcomes.put(Outcome(handle.job, False, error=error))
+            self.outcomes.put(Outcome(handle.job, False, error=exc))
             return
         self.outcomes.put(Outcome(handle.job, True, result=result))
 
@@ -377,12 +375,11 @@ class AsyncRunner:
         try:
             args, kwargs = call_arguments(handle.task, handle.job, handle.ctx)
             result = await handle.task.fn(*args, **kwargs)
-            await handle.ctx.finish_async(result)  # commits the task's own transaction
         except asyncio.CancelledError as exc:
-            self.outcomes.put(Outcome(handle.job, False, error=handle.ctx.abandon(exc)))
+            self.outcomes.put(Outcome(handle.job, False, error=exc))
             raise
         except BaseException as exc:
-            self.outcomes.put(Outcome(handle.job, False, error=handle.ctx.abandon(exc)))
+            self.outcomes.put(Outcome(handle.job, False, error=exc))
             return
         self.outcomes.put(Outcome(handle.job, True, result=result))
 

@@ -575,10 +575,21 @@ class Worker(TurnsAhead):
 
     @staticmethod
     def _after_acknowledged(handle: Handle, outcome: Outcome) -> None:
-        """The task's own transaction acknowledged it; an error after that (a return value
-        other than the committed result) cannot change the job: it is logged."""
+        """The task's own transaction acknowledged it with its result: an error raised
+        after that, or a return value other than that result, cannot change the job (it
+        committed). Either is refused and logged as an error naming the job."""
         if not outcome.ok:
-            log.error("job %d, acknowledged by its transaction: %s", handle.job.id, outcome.error)
+            log.error(
+                "job %d (%s) raised after its transaction acknowledged it; the job keeps "
+                "its committed result: %r",
+                handle.job.id,
+                handle.job.task,
+                outcome.error,
+            )
+            return
+        refused = handle.ctx.refused_return(outcome.result)
+        if refused is not None:
+            log.error("%s (task %s)", refused, handle.job.task)
 
     def _acknowledge(self) -> None:
         """Send every result now and wait until they are written or given up."""

@@ -46,9 +46,9 @@ def _effect_sql() -> str:
 
 @app.task(name="effect_then_return", retries=0)
 def effect_then_return(ctx: plunder.Context, token: str, gate: str) -> dict[str, str]:
-    """Writes a row in its transaction, then returns a value once the file ``gate`` exists
-    (it makes ``gate``.reached first): the value must commit together with the row."""
-    with ctx.transaction() as conn:
+    """Writes a row in its transaction, which commits it with the job's result; then
+    returns that result once the file ``gate`` exists (it makes ``gate``.reached first)."""
+    with ctx.transaction(result={"token": token}) as conn:
         conn.execute(_effect_sql(), (token, os.getpid()))
     Path(gate + ".reached").touch()
     while not Path(gate).exists() and not ctx.wait_cancelled(0.01):
@@ -59,7 +59,7 @@ def effect_then_return(ctx: plunder.Context, token: str, gate: str) -> dict[str,
 @app.task(name="async_effect_then_return", retries=0)
 async def async_effect_then_return(ctx: plunder.Context, token: str, gate: str) -> dict[str, str]:
     """effect_then_return as an ``async def`` task with ``async with``."""
-    async with ctx.transaction() as conn:
+    async with ctx.transaction(result={"token": token}) as conn:
         await conn.execute(_effect_sql(), (token, os.getpid()))
     Path(gate + ".reached").touch()
     while not Path(gate).exists():
@@ -67,11 +67,30 @@ async def async_effect_then_return(ctx: plunder.Context, token: str, gate: str) 
     return {"token": token}
 
 
+@app.task(name="async_plain_with", retries=0)
+async def async_plain_with(ctx: plunder.Context) -> None:
+    with ctx.transaction():
+        pass
+
+
 @app.task(name="returns_other", retries=0)
 def returns_other(ctx: plunder.Context) -> int:
     with ctx.transaction(result=1):
         pass
     return 2
+
+
+@app.task(name="calls_after_transaction", retries=0)
+def calls_after_transaction(ctx: plunder.Context, token: str, seconds: float, out: str) -> None:
+    """Writes a row in its transaction, then (the job acknowledged) enqueues another job,
+    streams and flushes, sleeps ``seconds`` and returns the acknowledged result (None)."""
+    with ctx.transaction() as conn:
+        conn.execute(_effect_sql(), (token, os.getpid()))
+    child = add.enqueue(1, 2)
+    ctx.stream("after the block")
+    ctx.flush()
+    time.sleep(seconds)
+    Path(out).write_text(str(child.id))
 
 
 @app.task(name="poison", retries=1)

@@ -11,7 +11,7 @@ import pytest
 
 import plunder
 from plunder.model import JobSpec
-from plunder.states import Status
+from plunder.states import Status, is_terminal
 from plunder.store import Store
 from tests.store.helpers import raw_connect
 from tests.worker.conftest import Workers, wait_for, worker_in_thread
@@ -35,33 +35,42 @@ def _job_and_effect(url: str, job_id: int, token: str) -> tuple[str, str | None,
 
 
 @pytest.mark.parametrize("task", ["effect_then_return", "async_effect_then_return"])
-def test_the_returned_value_commits_with_the_task_s_own_writes(
+def test_the_result_commits_with_the_task_s_own_writes(
     store: Store, workers: Workers, tmp_path: Path, task: str
 ) -> None:
-    """The task writes a row in its transaction and returns a value after the block. While
-    it has not returned, neither the row nor a succeeded job is visible; once it has, both
-    are, with the result, in the same snapshot. A waiter only ever sees the value."""
+    """The task writes a row in ``ctx.transaction(result=v)`` (``async with`` for the async
+    task): the row, the succeeded status and ``v`` appear in one commit at the block's end,
+    never one without the others; the task then returns ``v``, which is not refused."""
     _effects_table(workers.url)
     workers.start()
     gate = tmp_path / "gate"
     (job,) = store.job_enqueue_many([JobSpec(task, ["tok", str(gate)])])
-    wait_for(Path(f"{gate}.reached").exists, what="the task past its transaction block")
-    before = _job_and_effect(workers.url, job.id, "tok")
-    assert before == ("running", None, 0), "acknowledged before the task returned"
-    seen: list[Any] = []
-    app = plunder.App(workers.url)
-    waiter = threading.Thread(target=lambda: seen.append(app.job(job.id).result(timeout=20)))
-    waiter.start()
+    seen: list[tuple[str, str | None, int]] = []
+
+    def snapshot() -> bool:
+        seen.append(_job_and_effect(workers.url, job.id, "tok"))
+        return Path(f"{gate}.reached").exists()
+
+    wait_for(snapshot, what="the task past its transaction block")
+    done = ("succeeded", '{"token":"tok"}', 1)
+    assert set(seen) <= {("pending", None, 0), ("running", None, 0), done}
+    assert seen[-1] == done, "the block ended without its commit"
     gate.touch()
-    waiter.join(timeout=30)
-    app.close()
-    assert seen == [{"token": "tok"}]
-    assert _job_and_effect(workers.url, job.id, "tok") == ("succeeded", '{"token":"tok"}', 1)
+    app = plunder.App(workers.url)
+    try:
+        assert app.job(job.id).result(timeout=20) == {"token": "tok"}
+    finally:
+        app.close()
+    wait_for(lambda: store.job_runs(job.id)[0].outcome is not None, what="the run closed")
+    assert workers.procs[0].poll() is None
+    assert " ERROR " not in workers.log(0)
 
 
 def test_a_return_value_other_than_the_committed_result_is_refused(
     store_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The job keeps the result its transaction committed; the worker logs the refusal as
+    an ERROR naming the job."""
     from tests.worker import tasks
 
     with worker_in_thread(store_url) as worker:
@@ -69,7 +78,47 @@ def test_a_return_value_other_than_the_committed_result_is_refused(
         assert job.result(timeout=20) == 1
         wait_for(lambda: "refused" in caplog.text, what="the refusal logged")
         assert worker.store.job_get(job.id).status == Status.SUCCEEDED
-    assert "returned a value other than the result its transaction committed" in caplog.text
+    (refusal,) = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert refusal.levelname == "ERROR"
+    assert refusal.getMessage().startswith(f"job {job.id} returned 2, not the result its ")
+
+
+@pytest.mark.parametrize("seconds", [0.0, 1.6])
+def test_plunder_calls_after_the_transaction_block_work(
+    store: Store, workers: Workers, tmp_path: Path, seconds: float
+) -> None:
+    """After its block committed, the task enqueues another job and streams on its own
+    thread, then runs longer than the session expiry (1 s) before it returns: no open
+    transaction holds the database (on SQLite its write lock, which the worker's own
+    heartbeat needs), so the job succeeds once, the enqueued job runs, and the late
+    stream event is discarded with a warning (the job's stream ended with its commit)."""
+    _effects_table(workers.url)
+    worker = workers.start()
+    out = tmp_path / "child"
+    (job,) = store.job_enqueue_many(
+        [JobSpec("calls_after_transaction", ["tok", seconds, str(out)])]
+    )
+    wait_for(out.exists, timeout=30, what="the task's return")
+    child = int(out.read_text())
+    wait_for(lambda: is_terminal(store.job_get(child).status), timeout=30, what="the child job")
+    assert store.job_get(child).result == 3
+    record = store.job_get(job.id)
+    assert (record.status, record.attempt, record.result) == (Status.SUCCEEDED, 1, None)
+    assert _job_and_effect(workers.url, job.id, "tok") == ("succeeded", "null", 1)
+    assert [e.data for e in store.stream_read(job.id)] == []
+    wait_for(lambda: "were discarded" in workers.log(0), what="the discarded events logged")
+    assert worker.poll() is None
+    log = workers.log(0)
+    assert " ERROR " not in log and "SESSION LOST" not in log, log
+
+
+def test_a_plain_with_in_an_async_task_is_refused(store_url: str) -> None:
+    from tests.worker import tasks
+
+    with worker_in_thread(store_url):
+        job = tasks.async_plain_with.enqueue()
+        with pytest.raises(plunder.JobFailed, match="in an async def task use `async with`"):
+            job.result(timeout=20)
 
 
 def test_a_retry_s_stream_follows_a_mark_of_its_attempt(store_url: str) -> None:

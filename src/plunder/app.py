@@ -4,6 +4,7 @@ one job that reads through the store."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 import time
@@ -302,56 +303,124 @@ class Job:
         )
 
     async def stream_async(self, *, timeout: float | None = None) -> AsyncIterator[StreamEvent]:
-        """``async for event in job.stream_async()``: :meth:`stream`, each wait for the
-        next event on a thread, so that the caller's event loop runs on meanwhile."""
-        events = self.stream(timeout=timeout)
+        """``async for event in job.stream_async()``: :meth:`stream` for an event loop.
+        Each read is a short call on a thread and each wait an asyncio wait, so that the
+        loop runs on meanwhile, and cancelling the consumer (or leaving the loop early)
+        ends it at once, with no thread left waiting."""
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+
+        def wake() -> None:  # on the hub's thread
+            try:
+                loop.call_soon_threadsafe(woken.set)
+            except RuntimeError:
+                if not loop.is_closed():
+                    raise
+                # closed: the consumer is gone, and unwatches in its finally
+
+        reader = _StreamReader(self)
+        unwatch = await asyncio.to_thread(self._watch, wake)
         try:
             while True:
-                event = await asyncio.to_thread(next, events, None)
-                if event is None:
+                events = await asyncio.to_thread(reader.read)
+                if events is None:
                     return
-                yield event
+                for event in events:
+                    yield event
+                if not events:
+                    wait = reader.wait_time(timeout)
+                    with contextlib.suppress(TimeoutError):  # a poll, not an error
+                        await asyncio.wait_for(woken.wait(), wait)
+                    woken.clear()
         finally:
-            await asyncio.to_thread(events.close)
+            unwatch()
 
     def stream(self, *, timeout: float | None = None) -> Generator[StreamEvent, None, None]:
         """Yield the job's stream events in order — what is stored first, then new ones as
         they are written — until the job is terminal. Woken by the hub. Each event names
         its attempt; when a retry's events follow an earlier attempt's, an event of kind
-        ``"attempt"`` comes first (see :class:`plunder.StreamEvent`): what was
-        streamed before it belongs to an attempt that did not succeed."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        after = 0
-        attempt: int | None = None  # the attempt of the last event yielded
+        ``"attempt"`` comes first (see :class:`plunder.StreamEvent`): what was streamed
+        before it belongs to an attempt that did not succeed. A stream that ends with
+        events of an attempt other than the job's last (which streamed nothing) ends with
+        that mark too."""
+        reader = _StreamReader(self)
         woken = threading.Event()
-        unwatch_stream = self.app.hub.watch("stream", self.id, woken.set)
-        unwatch_done = self.app.hub.watch("done", self.id, woken.set)
+        unwatch = self._watch(woken.set)
         try:
             while True:
-                terminal = is_terminal(self.refresh().status)
-                events = self.app.store.stream_read(self.id, after=after)
-                for event in events:
-                    after = event.seq
-                    if attempt is not None and event.attempt != attempt:
-                        yield attempt_mark(event, attempt)
-                    attempt = event.attempt
-                    yield event
-                if events:
-                    continue
-                if terminal:
+                events = reader.read()
+                if events is None:
                     return
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError(f"job {self.id} still running after {timeout}s")
-                poll = self.app.settings.poll_interval
-                woken.wait(poll if left is None else min(poll, left))
-                woken.clear()
+                yield from events
+                if not events:
+                    woken.wait(reader.wait_time(timeout))
+                    woken.clear()
         finally:
+            unwatch()
+
+    def _watch(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when the job writes stream events or finishes; returns the
+        function that stops it."""
+        unwatch_stream = self.app.hub.watch("stream", self.id, callback)
+        unwatch_done = self.app.hub.watch("done", self.id, callback)
+
+        def unwatch() -> None:
             unwatch_stream()
             unwatch_done()
+
+        return unwatch
+
+
+class _StreamReader:
+    """A stream's reads, none of which waits: what :meth:`Job.stream` and
+    :meth:`Job.stream_async` yield between their waits."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.started = time.monotonic()
+        self.after = 0
+        self.attempt: int | None = None  # the attempt of the last event yielded
+        self.poll = job.app.settings.poll_interval
+
+    def read(self) -> list[StreamEvent] | None:
+        """The events written since the last read (empty: none yet), or None once the job
+        is terminal and every event was read."""
+        record = self.job.refresh()
+        events = self.job.app.store.stream_read(self.job.id, after=self.after)
+        out: list[StreamEvent] = []
+        for event in events:
+            self.after = event.seq
+            if self.attempt is not None and event.attempt != self.attempt:
+                out.append(attempt_mark(event, self.attempt))
+            self.attempt = event.attempt
+            out.append(event)
+        if out or not is_terminal(record.status):
+            return out
+        if self.attempt is None or record.attempt == self.attempt:
+            return None
+        last = self.attempt  # the job's last attempt streamed nothing: its mark ends it
+        self.attempt = record.attempt
+        return [end_mark(record, self.after, last)]
+
+    def wait_time(self, timeout: float | None) -> float:
+        """How long to wait for a wake-up before reading again; TimeoutError once
+        ``timeout`` seconds have passed since the stream began."""
+        if timeout is None:
+            return self.poll
+        left = self.started + timeout - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"job {self.job.id} still running after {timeout}s")
+        return min(self.poll, left)
 
 
 def attempt_mark(event: StreamEvent, previous: int) -> StreamEvent:
     """The mark of a new attempt, just before its first event ``event``."""
     data = {"attempt": event.attempt, "previous": previous}
     return dataclasses.replace(event, kind="attempt", data=data)
+
+
+def end_mark(record: JobRecord, seq: int, previous: int) -> StreamEvent:
+    """The mark of the job's last attempt, which streamed nothing, at the stream's end."""
+    data = {"attempt": record.attempt, "previous": previous}
+    at = record.finished_at or record.started_at or record.created_at
+    return StreamEvent(record.id, record.attempt, seq, "attempt", data, at)

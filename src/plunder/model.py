@@ -157,7 +157,9 @@ class StreamEvent:
     mark that :meth:`plunder.Job.stream` puts before the first event of a new attempt:
     the previous attempt's events are void from there. A mark is not stored: its
     ``attempt`` is the new attempt, ``data`` is ``{"attempt": new, "previous": old}``,
-    and its ``seq`` and ``created_at`` are those of the event it precedes."""
+    and its ``seq`` and ``created_at`` are those of the event it precedes. A stream whose
+    job's last attempt streamed nothing ends with that attempt's mark, whose ``seq`` is the
+    last event's and ``created_at`` the time the job finished."""
 
     job_id: int
     attempt: int

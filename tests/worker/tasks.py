@@ -208,3 +208,22 @@ def counted(seconds: float) -> None:
     finally:
         with _at_once_lock:
             AT_ONCE["now"] -= 1
+
+
+@app.task(name="stream_then_wait", retries=0)
+def stream_then_wait(ctx: plunder.Context, seconds: float) -> None:
+    """Streams one chunk, then keeps running until cancelled or ``seconds`` pass."""
+    ctx.stream("first")
+    ctx.flush()
+    ctx.wait_cancelled(seconds)
+
+
+@app.task(name="flaky_quiet", retries=1, backoff_base=0.01)
+def flaky_quiet(ctx: plunder.Context, n: int) -> int:
+    """The first attempt streams ``n`` chunks and fails; the retry streams nothing."""
+    if ctx.attempt == 1:
+        for i in range(n):
+            ctx.stream(f"partial {i}")
+        ctx.flush()
+        raise RuntimeError("the first attempt fails")
+    return n

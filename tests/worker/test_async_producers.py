@@ -4,11 +4,15 @@ keeps ticking while they wait on the store."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
+
+import pytest
 
 from tests.store.helpers import raw_connect
 from tests.worker import tasks
@@ -88,3 +92,58 @@ def test_stream_async_yields_what_stream_yields(store_url: str) -> None:
 
     with worker_in_thread(store_url):
         asyncio.run(main())
+
+
+def _run_within(main: Callable[[], Awaitable[None]], seconds: float) -> None:
+    """asyncio.run(main()) on a thread; it must return (loop shut down, its threads
+    joined) within ``seconds``."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"asyncio.run still running after {seconds}s"
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.parametrize("how", ["cancel", "break"])
+def test_leaving_stream_async_early_is_prompt(store_url: str, how: str) -> None:
+    """A consumer of a job that keeps running is cancelled while it waits, or breaks out
+    after the first event: it ends at once, and asyncio.run returns with no thread left
+    blocked in the stream."""
+    with worker_in_thread(store_url):
+        job = tasks.stream_then_wait.enqueue(60)
+        first = threading.Event()
+
+        async def consume() -> None:
+            async with contextlib.aclosing(job.stream_async()) as events:
+                async for _ in events:
+                    first.set()
+                    if how == "break":
+                        break
+
+        async def main() -> None:
+            consumer = asyncio.create_task(consume())
+            await asyncio.to_thread(first.wait, 20)
+            assert first.is_set(), "no first event"
+            started = time.monotonic()
+            if how == "cancel":
+                await asyncio.sleep(0.2)  # the consumer is waiting for a next event
+                consumer.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await consumer
+            else:
+                await consumer
+            assert time.monotonic() - started < 1.0
+
+        try:
+            _run_within(main, 3.0)
+        finally:
+            job.cancel()

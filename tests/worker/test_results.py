@@ -137,3 +137,21 @@ def test_a_retry_s_stream_follows_a_mark_of_its_attempt(store_url: str) -> None:
         *[(2, "chunk", f"attempt 2 chunk {i}") for i in range(3)],
         (2, "progress", progress),
     ]
+
+
+def test_a_retry_that_streams_nothing_ends_the_stream_with_its_mark(store_url: str) -> None:
+    """Attempt 1 streams and fails; attempt 2 streams nothing and succeeds: the stream
+    ends with attempt 2's mark, so a follower knows attempt 1's text is void."""
+    from tests.worker import tasks
+
+    with worker_in_thread(store_url):
+        job = tasks.flaky_quiet.enqueue(2)
+        assert job.result(timeout=20) == 2
+        events = list(job.stream(timeout=5))
+    seen = [(e.attempt, e.kind, e.data) for e in events]
+    assert seen == [
+        (1, "chunk", "partial 0"),
+        (1, "chunk", "partial 1"),
+        (2, "attempt", {"attempt": 2, "previous": 1}),
+    ]
+    assert events[-1].seq == events[-2].seq

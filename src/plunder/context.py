@@ -10,6 +10,7 @@ the claim is no longer current the events are discarded and the task is told to 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -314,7 +315,7 @@ class TaskTransaction:
             conn = await thread.settle(lambda: ctx._begin(self._result))
         except BaseException as exc:  # cancelled while it began: it ends here, rolled back
             try:
-                await thread.settle(lambda: ctx._end(exc))
+                await thread.settle(functools.partial(ctx._end, exc))
             finally:
                 self._give_back()
             raise

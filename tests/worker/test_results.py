@@ -3,9 +3,7 @@ worker processes: no moment at which the job has succeeded without its result.""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 

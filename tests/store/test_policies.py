@@ -89,6 +89,39 @@ def test_a_job_past_its_start_by_deadline_is_never_claimed(store: Store) -> None
     assert store.job_get(timely.id).status == Status.PENDING
 
 
+def test_jobs_past_their_deadline_do_not_fill_a_claim(store: Store) -> None:
+    """Expired jobs the janitor has not ended yet, at the head of a queue, are stepped over
+    by the claim's walk: they never take the places of a claim's limit."""
+    t0 = store.now()
+    *late, good = enqueue(
+        store, *[JobSpec("t", [i], expires_in=10) for i in range(3)], JobSpec("t", ["good"]), now=t0
+    )
+    session = open_session(store, expiry=600, now=t0)
+    (taken,) = claim(store, session, limit=1, now=later(t0, 10.1))
+    assert taken.id == good.id
+    assert all(store.job_get(j.id).status == Status.PENDING for j in late)
+
+
+def test_jobs_past_their_deadline_do_not_fill_a_turn(store: Store) -> None:
+    """As a claim, a worker's turn (one statement on PostgreSQL), in every priority level
+    and in the rest of a queue with more levels than a claim probes one by one."""
+    t0 = store.now()
+    levels = [JobSpec("t", [p], priority=p, expires_in=10) for p in range(40, 20, -1)]
+    rest = [JobSpec("t", ["late", i], priority=0, expires_in=10) for i in range(3)]
+    *_, good = enqueue(store, *levels, *rest, JobSpec("t", ["good"], priority=-1), now=t0)
+    session = open_session(store, expiry=600, now=t0)
+    turn = store.job_exchange_many(
+        [],
+        [],
+        session_id=session.id,
+        queues=["default"],
+        tasks=["t"],
+        limit=1,
+        now=later(t0, 10.1),
+    )
+    assert [j.id for j in turn.claimed] == [good.id]
+
+
 def test_the_janitor_ends_jobs_past_their_start_by_deadline_as_expired(store: Store) -> None:
     t0 = store.now()
     gone, kept, plain = enqueue(

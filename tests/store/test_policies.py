@@ -69,6 +69,43 @@ def test_a_worker_that_lost_its_session_ends_such_a_job_too(store: Store) -> Non
     assert store.job_get(other.id).status == Status.PENDING
 
 
+def test_a_graceful_close_ends_a_stopped_job_whose_policy_says_no(store: Store) -> None:
+    """A task stopped unfinished at shutdown may still run (a thread cannot be killed):
+    with retry_on_lost=False its job ends timed_out (plunder.WorkerLost) and never runs
+    again. A job claimed but never started is released whatever its policy, as is a stopped
+    one whose policy allows another run."""
+    t0 = store.now()
+    enqueue(
+        store,
+        JobSpec("t", ["stopped"], max_attempts=3, retry_on_lost=False),
+        JobSpec("t", ["unstarted"], max_attempts=3, retry_on_lost=False),
+        JobSpec("t", ["retried"], max_attempts=3),
+        now=t0,
+    )
+    session = open_session(store, expiry=600, now=t0)
+    stopped, unstarted, retried = claim(store, session, now=t0)
+    closed = store.session_close(
+        session.id, started=[stopped.claim, retried.claim], now=later(t0, 1)
+    )
+    assert sorted(closed) == sorted([stopped.id, unstarted.id, retried.id])
+
+    ended = store.job_get(stopped.id)
+    assert ended.status == Status.TIMED_OUT and ended.finished_at == later(t0, 1)
+    assert ended.error is not None and ended.error["type"] == "plunder.WorkerLost"
+    assert session.id in ended.error["message"]
+    (run,) = store.job_runs(stopped.id)
+    assert run.outcome == Outcome.LOST and run.session_id == session.id
+    assert run.error == ended.error
+    for job in (unstarted, retried):
+        again = store.job_get(job.id)
+        assert again.status == Status.PENDING and again.error is None
+        assert [r.outcome for r in store.job_runs(job.id)] == [Outcome.RELEASED]
+    other = open_session(store, name="other", expiry=600, now=t0)
+    taken = claim(store, other, now=later(t0, 2))
+    assert sorted(j.id for j in taken) == sorted([unstarted.id, retried.id])
+    assert store.job_get(stopped.id).attempt == 1
+
+
 # -- start-by deadline -------------------------------------------------------------------------
 def test_a_job_past_its_start_by_deadline_is_never_claimed(store: Store) -> None:
     t0 = store.now()

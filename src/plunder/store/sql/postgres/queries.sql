@@ -502,6 +502,23 @@ WHERE j.id = u.job_id AND j.attempt = u.attempt AND j.session_id = u.session_id
   AND j.status = 'running'
 RETURNING j.id, j.attempt, u.session_id AS session_id, j.status, j.queue;
 
+-- name: job_abandon
+-- batch. Graceful shutdown past the grace period stopped this attempt's task, which had
+-- started (a thread may even run on): a job whose retry_on_lost is off ends timed_out with
+-- error (plunder.WorkerLost) and is not run again, as job_lose_many ends it when its
+-- worker is lost; the store releases the others (job_release). Fenced by the claim.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+UPDATE plunder_jobs AS j
+SET status = 'timed_out', finished_at = clock.now, error = %(error)s, deadline_at = NULL,
+    failed_sessions = array_append(j.failed_sessions, u.session_id),
+    losses = j.losses + 1
+FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[])
+         AS u(job_id, attempt, session_id),
+     clock
+WHERE j.id = u.job_id AND j.attempt = u.attempt AND j.session_id = u.session_id
+  AND j.status = 'running' AND NOT j.retry_on_lost
+RETURNING j.id, j.attempt, u.session_id AS session_id, j.status, j.queue;
+
 -- name: job_claim_state
 SELECT id, attempt, session_id, status FROM plunder_jobs
 WHERE id = ANY(%(job_ids)s::bigint[]);

@@ -326,6 +326,19 @@ WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
   AND status = 'running'
 RETURNING id, attempt, :session_id AS session_id, status, queue;
 
+-- name: job_abandon
+-- batch. Graceful shutdown past the grace period stopped this attempt's task, which had
+-- started (a thread may even run on): a job whose retry_on_lost is off ends timed_out with
+-- :error (plunder.WorkerLost) and is not run again, as job_lose_many ends it when its
+-- worker is lost; the store releases the others (job_release). Fenced by the claim.
+UPDATE plunder_jobs
+SET status = 'timed_out', finished_at = :now, error = :error, deadline_at = NULL,
+    failed_sessions = json_insert(failed_sessions, '$[#]', :session_id),
+    losses = losses + 1
+WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
+  AND status = 'running' AND NOT retry_on_lost
+RETURNING id, attempt, :session_id AS session_id, status, queue;
+
 -- name: job_claim_state
 SELECT id, attempt, session_id, status FROM plunder_jobs
 WHERE id IN (SELECT value FROM json_each(:job_ids));

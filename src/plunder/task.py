@@ -53,8 +53,8 @@ class Options:
     | `backoff_base` | *failed*: retry n waits up to `base * 2**(n-1)` seconds (jittered) | `1.0` |
     | `backoff_cap` | *failed*: the longest wait before a retry, seconds | `300.0` |
     | `timeout` | seconds an attempt may run (`None`: no limit) | `None` |
-    | `retry_on_timeout` | *timed out*: retried at once; `False`: ends `timed_out` | `True` |
-    | `retry_on_lost` | *lost*: retried at once; `False`: ends `timed_out`, never rerun | `True` |
+    | `retry_on_timeout` | *timed out* (its session alive): retried at once; `False`: ends `timed_out` | `True` |
+    | `retry_on_lost` | *lost* (decides first): retried at once; `False`: ends `timed_out`, never rerun | `True` |
     | `expires_in` | start-by deadline, seconds after the enqueue; else `expired` | `None` |
 
     A lost attempt that is not retried ends the job ``timed_out`` (as a lost last attempt
@@ -64,6 +64,14 @@ class Options:
     clock and bounds every start: a job still waiting for a retry at the deadline ends
     ``expired`` too; a job retried by hand (also from ``expired``) has none. It must be
     longer than ``delay``.
+
+    Timed out or lost is read on the database clock: a run past its ``timeout`` whose
+    worker's session still lives has timed out, even if the worker has just died unseen
+    (``retry_on_timeout`` decides: a job that must never run twice sets both to False).
+    Once the session has expired the run is lost, and the janitor reaps dead sessions
+    before it times out late runs, so *lost* decides when both have passed. A graceful
+    shutdown past its grace period stops its tasks: it releases their jobs, but ends one
+    whose ``retry_on_lost`` is False as lost.
     """
 
     queue: str = "default"

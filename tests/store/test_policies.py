@@ -106,6 +106,28 @@ def test_a_graceful_close_ends_a_stopped_job_whose_policy_says_no(store: Store) 
     assert store.job_get(stopped.id).attempt == 1
 
 
+def test_timed_out_or_lost_is_read_on_the_database_clock(store: Store) -> None:
+    """A run past its timeout whose session still lives has timed out (its worker may have
+    died unseen): retry_on_timeout decides. One whose session expired first is lost, and
+    the janitor reaps before it times out, so retry_on_lost decides."""
+    t0 = store.now()
+    enqueue(
+        store,
+        JobSpec("t", ["late"], timeout=10, max_attempts=3, retry_on_lost=False),
+        JobSpec("t", ["dead"], timeout=10, max_attempts=3, retry_on_lost=False),
+        now=t0,
+    )
+    (late,) = claim(store, open_session(store, name="a", expiry=20, now=t0), limit=1, now=t0)
+    (dead,) = claim(store, open_session(store, name="b", expiry=5, now=t0), limit=1, now=t0)
+    done = Janitor(store, Settings(url="sqlite:///unused.db")).run_once(now=later(t0, 10.1))
+    assert done.timed_out.retried == (late.id,) and done.timed_out.finished == ()
+    assert store.job_get(late.id).status == Status.PENDING
+    assert done.reaped.finished == (dead.id,)
+    ended = store.job_get(dead.id)
+    assert ended.status == Status.TIMED_OUT
+    assert ended.error is not None and ended.error["type"] == "plunder.WorkerLost"
+
+
 # -- start-by deadline -------------------------------------------------------------------------
 def test_a_job_past_its_start_by_deadline_is_never_claimed(store: Store) -> None:
     t0 = store.now()

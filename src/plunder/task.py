@@ -53,8 +53,8 @@ class Options:
     | `backoff_base` | *failed*: retry n waits up to `base * 2**(n-1)` seconds (jittered) | `1.0` |
     | `backoff_cap` | *failed*: the longest wait before a retry, seconds | `300.0` |
     | `timeout` | seconds an attempt may run (`None`: no limit) | `None` |
-    | `retry_on_timeout` | *timed out* (its session alive): retried at once; `False`: ends `timed_out` | `True` |
-    | `retry_on_lost` | *lost* (decides first): retried at once; `False`: ends `timed_out`, never rerun | `True` |
+    | `retry_on_timeout` | *timed out*: retried at once; `False`: ends `timed_out` | `True` |
+    | `retry_on_lost` | *lost*: retried at once; `False`: ends `timed_out`, never rerun | `True` |
     | `expires_in` | start-by deadline, seconds after the enqueue; else `expired` | `None` |
 
     A lost attempt that is not retried ends the job ``timed_out`` (as a lost last attempt

@@ -197,7 +197,8 @@ class JobRecord:
     # How often its worker died while running it, since it last ran to an outcome.
     losses: int
     retry_on_lost: bool
-    # The start-by deadline of a job not started yet (expires_in); None once it started.
+    # The start-by deadline (expires_in): it bounds every start, a retry's too (a claim
+    # never clears it); None: none, as after a retry by hand.
     expires_at: datetime | None
 
     @property

@@ -14,7 +14,9 @@
 
 A failed, timed-out or lost attempt is retried only if its policy says so (``no_retry``,
 ``retry_on_timeout``, ``retry_on_lost``; see plunder.task.Options); otherwise it ends at
-once as if no attempts were left.
+once as if no attempts were left. A graceful shutdown past its grace period releases the
+attempts it stopped (pending, the attempt not counted), but abandons one whose
+``retry_on_lost`` is off: timed_out, as if its worker were lost.
 
 Every transition in the store is a guarded update whose ``WHERE`` clause names the source
 state (and, for a worker's write, the claim); this table is what those guards encode, and a
@@ -61,6 +63,7 @@ TRANSITIONS: dict[str, tuple[frozenset[Status], Status | None]] = {
     "lose": (frozenset({Status.RUNNING}), None),  # pending or timed_out (retry_on_lost)
     "time_out": (frozenset({Status.RUNNING}), None),  # pending or timed_out
     "release": (frozenset({Status.RUNNING}), Status.PENDING),
+    "abandon": (frozenset({Status.RUNNING}), Status.TIMED_OUT),  # stopped, retry_on_lost off
     "cancel": (frozenset({Status.PENDING, Status.RUNNING}), Status.CANCELLED),
     "expire": (frozenset({Status.PENDING}), Status.EXPIRED),
     "retry": (

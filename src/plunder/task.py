@@ -64,6 +64,14 @@ class Options:
     clock and bounds every start: a job still waiting for a retry at the deadline ends
     ``expired`` too; a job retried by hand (also from ``expired``) has none. It must be
     longer than ``delay``.
+
+    Timed out or lost is read on the database clock: a run past its ``timeout`` whose
+    worker's session still lives has timed out, even if the worker has just died unseen
+    (``retry_on_timeout`` decides: a job that must never run twice sets both to False).
+    Once the session has expired the run is lost, and the janitor reaps dead sessions
+    before it times out late runs, so *lost* decides when both have passed. A graceful
+    shutdown past its grace period stops its tasks: it releases their jobs, but ends one
+    whose ``retry_on_lost`` is False as lost.
     """
 
     queue: str = "default"

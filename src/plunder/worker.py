@@ -785,7 +785,10 @@ class Worker(TurnsAhead):
             return
         if self.session is not None:
             try:
-                released = self.store.session_close(self.session.id)
+                # a stopped task may still run (a thread cannot be killed): its job is
+                # released, or ended where its retry_on_lost forbids another run
+                started = [handle.job.claim for handle in left]
+                released = self.store.session_close(self.session.id, started=started)
                 log.info(
                     "session %s closed; %d unfinished jobs released", self.session.id, len(released)
                 )

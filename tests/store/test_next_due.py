@@ -107,3 +107,18 @@ def test_next_due_agrees_with_the_pending_jobs_across_queues_levels_and_tasks(
             continue
         expected = (min(j.run_at for j in pending) - at).total_seconds()
         assert got == pytest.approx(expected, abs=1e-3), f"round {round_}"
+
+
+def test_a_job_past_its_start_by_deadline_is_not_due(store: Store) -> None:
+    """An expired job the janitor has not ended yet is not work: an idle worker that read it
+    as due would claim nothing and ask again at once. So in every priority level and in
+    the rest of a queue with more levels than a claim probes one by one."""
+    t0 = store.now()
+    levels = [JobSpec("t", [p], priority=p, expires_in=10) for p in range(40, 20, -1)]
+    enqueue(store, *levels, JobSpec("t", ["rest"], priority=0, expires_in=10), now=t0)
+    assert store.job_next_due(queues=["default"], tasks=["t"], now=later(t0, 10.0)) is None
+    enqueue(store, JobSpec("t", ["later"], priority=-1, delay=30.0), now=t0)
+    due = store.job_next_due(queues=["default"], tasks=["t"], now=later(t0, 10.0))
+    assert due == pytest.approx(20.0, abs=1e-3)
+    in_time = store.job_next_due(queues=["default"], tasks=["t"], now=later(t0, 9.9))
+    assert in_time == pytest.approx(-9.9, abs=1e-3)

@@ -69,6 +69,65 @@ def test_a_worker_that_lost_its_session_ends_such_a_job_too(store: Store) -> Non
     assert store.job_get(other.id).status == Status.PENDING
 
 
+def test_a_graceful_close_ends_a_stopped_job_whose_policy_says_no(store: Store) -> None:
+    """A task stopped unfinished at shutdown may still run (a thread cannot be killed):
+    with retry_on_lost=False its job ends timed_out (plunder.WorkerLost) and never runs
+    again. A job claimed but never started is released whatever its policy, as is a stopped
+    one whose policy allows another run."""
+    t0 = store.now()
+    enqueue(
+        store,
+        JobSpec("t", ["stopped"], max_attempts=3, retry_on_lost=False),
+        JobSpec("t", ["unstarted"], max_attempts=3, retry_on_lost=False),
+        JobSpec("t", ["retried"], max_attempts=3),
+        now=t0,
+    )
+    session = open_session(store, expiry=600, now=t0)
+    stopped, unstarted, retried = claim(store, session, now=t0)
+    closed = store.session_close(
+        session.id, started=[stopped.claim, retried.claim], now=later(t0, 1)
+    )
+    assert sorted(closed) == sorted([stopped.id, unstarted.id, retried.id])
+
+    ended = store.job_get(stopped.id)
+    assert ended.status == Status.TIMED_OUT and ended.finished_at == later(t0, 1)
+    assert ended.error is not None and ended.error["type"] == "plunder.WorkerLost"
+    assert session.id in ended.error["message"]
+    (run,) = store.job_runs(stopped.id)
+    assert run.outcome == Outcome.LOST and run.session_id == session.id
+    assert run.error == ended.error
+    for job in (unstarted, retried):
+        again = store.job_get(job.id)
+        assert again.status == Status.PENDING and again.error is None
+        assert [r.outcome for r in store.job_runs(job.id)] == [Outcome.RELEASED]
+    other = open_session(store, name="other", expiry=600, now=t0)
+    taken = claim(store, other, now=later(t0, 2))
+    assert sorted(j.id for j in taken) == sorted([unstarted.id, retried.id])
+    assert store.job_get(stopped.id).attempt == 1
+
+
+def test_timed_out_or_lost_is_read_on_the_database_clock(store: Store) -> None:
+    """A run past its timeout whose session still lives has timed out (its worker may have
+    died unseen): retry_on_timeout decides. One whose session expired first is lost, and
+    the janitor reaps before it times out, so retry_on_lost decides."""
+    t0 = store.now()
+    enqueue(
+        store,
+        JobSpec("t", ["late"], timeout=10, max_attempts=3, retry_on_lost=False),
+        JobSpec("t", ["dead"], timeout=10, max_attempts=3, retry_on_lost=False),
+        now=t0,
+    )
+    (late,) = claim(store, open_session(store, name="a", expiry=20, now=t0), limit=1, now=t0)
+    (dead,) = claim(store, open_session(store, name="b", expiry=5, now=t0), limit=1, now=t0)
+    done = Janitor(store, Settings(url="sqlite:///unused.db")).run_once(now=later(t0, 10.1))
+    assert done.timed_out.retried == (late.id,) and done.timed_out.finished == ()
+    assert store.job_get(late.id).status == Status.PENDING
+    assert done.reaped.finished == (dead.id,)
+    ended = store.job_get(dead.id)
+    assert ended.status == Status.TIMED_OUT
+    assert ended.error is not None and ended.error["type"] == "plunder.WorkerLost"
+
+
 # -- start-by deadline -------------------------------------------------------------------------
 def test_a_job_past_its_start_by_deadline_is_never_claimed(store: Store) -> None:
     t0 = store.now()
@@ -87,6 +146,39 @@ def test_a_job_past_its_start_by_deadline_is_never_claimed(store: Store) -> None
     # the janitor has not run: the claim itself refuses the job past its deadline
     assert [j.id for j in claim(store, session, now=later(t0, 10.1))] == [fresh.id]
     assert store.job_get(timely.id).status == Status.PENDING
+
+
+def test_jobs_past_their_deadline_do_not_fill_a_claim(store: Store) -> None:
+    """Expired jobs the janitor has not ended yet, at the head of a queue, are stepped over
+    by the claim's walk: they never take the places of a claim's limit."""
+    t0 = store.now()
+    *late, good = enqueue(
+        store, *[JobSpec("t", [i], expires_in=10) for i in range(3)], JobSpec("t", ["good"]), now=t0
+    )
+    session = open_session(store, expiry=600, now=t0)
+    (taken,) = claim(store, session, limit=1, now=later(t0, 10.1))
+    assert taken.id == good.id
+    assert all(store.job_get(j.id).status == Status.PENDING for j in late)
+
+
+def test_jobs_past_their_deadline_do_not_fill_a_turn(store: Store) -> None:
+    """As a claim, a worker's turn (one statement on PostgreSQL), in every priority level
+    and in the rest of a queue with more levels than a claim probes one by one."""
+    t0 = store.now()
+    levels = [JobSpec("t", [p], priority=p, expires_in=10) for p in range(40, 20, -1)]
+    rest = [JobSpec("t", ["late", i], priority=0, expires_in=10) for i in range(3)]
+    *_, good = enqueue(store, *levels, *rest, JobSpec("t", ["good"], priority=-1), now=t0)
+    session = open_session(store, expiry=600, now=t0)
+    turn = store.job_exchange_many(
+        [],
+        [],
+        session_id=session.id,
+        queues=["default"],
+        tasks=["t"],
+        limit=1,
+        now=later(t0, 10.1),
+    )
+    assert [j.id for j in turn.claimed] == [good.id]
 
 
 def test_the_janitor_ends_jobs_past_their_start_by_deadline_as_expired(store: Store) -> None:

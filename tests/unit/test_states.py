@@ -19,6 +19,7 @@ GUARDED = {
     "lose": "job_lose_many",
     "time_out": "job_timeout_many",
     "release": "job_release",
+    "abandon": "job_abandon",
     "cancel": "job_cancel",
     "expire": "job_expire_many",
     "retry": "job_retry",

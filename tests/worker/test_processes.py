@@ -115,6 +115,34 @@ def test_sigterm_past_the_grace_period_releases_jobs_at_once(
     assert store.job_runs(job.id)[0].outcome == Outcome.RELEASED
 
 
+def test_sigterm_past_the_grace_period_ends_a_job_that_must_not_run_again(
+    store: Store, workers: Workers
+) -> None:
+    """retry_on_lost=False: the task stopped past the grace period may run on in its thread,
+    so its job ends timed_out with plunder.WorkerLost instead of being released to run
+    again elsewhere; the default job beside it is released."""
+    proc = workers.start("-c", "2", "--grace", "0.3")
+    sid = wait_for(lambda: session_of(store, proc.pid), what="session")
+    assert isinstance(sid, str)
+    once, again = store.job_enqueue_many(
+        [
+            JobSpec("sleepy", [30], max_attempts=3, retry_on_lost=False),
+            JobSpec("sleepy", [30], max_attempts=3),
+        ]
+    )
+    wait_for(lambda: len(_running_on(store, sid)) == 2, what="claims")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    ended = store.job_get(once.id)
+    assert ended.status == Status.TIMED_OUT and ended.attempt == 1
+    assert ended.error is not None and ended.error["type"] == "plunder.WorkerLost"
+    (run,) = store.job_runs(once.id)
+    assert run.outcome == Outcome.LOST and run.session_id == sid
+    released = store.job_get(again.id)
+    assert released.status == Status.PENDING and released.attempts_left == 3
+    assert [r.outcome for r in store.job_runs(again.id)] == [Outcome.RELEASED]
+
+
 def _effects_table(url: str) -> None:
     conn = raw_connect(url)
     try:

@@ -294,9 +294,18 @@ class Store(Protocol):
         """A dedicated connection for wake-ups; it also carries heartbeats (``conn=``)."""
         ...
 
-    def session_close(self, session_id: str, *, lost: bool = False, now: Now = None) -> list[int]:
+    def session_close(
+        self,
+        session_id: str,
+        *,
+        lost: bool = False,
+        started: Sequence[Claim] = (),
+        now: Now = None,
+    ) -> list[int]:
         """Delete the session and give its running jobs back at once; return their ids.
-        ``lost=True`` counts their attempts (the worker lost the session)."""
+        ``started``: claims whose task the worker started and stopped unfinished; their jobs
+        with retry_on_lost off end timed_out (plunder.WorkerLost) instead. ``lost=True``
+        counts every attempt (the worker lost the session)."""
         ...
 
     def job_claim_many(

@@ -58,7 +58,8 @@ SESSION_LOST = ErrorInfo(
 )
 JOB_TIMEOUT = ErrorInfo("plunder.JobTimeout", "the job ran past its timeout")
 JOB_EXPIRED = ErrorInfo(
-    "plunder.JobExpired", "the job was not started by its start-by deadline (expires_in)"
+    "plunder.JobExpired",
+    "the job's start-by deadline (expires_in) passed before its next attempt could start",
 )
 
 

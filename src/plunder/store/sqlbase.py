@@ -329,11 +329,20 @@ class SQLStore(Maintenance, Reads, Sessions):
         )
 
     # -- sessions (opening and heartbeats: see sessions.py) ------------------------------
-    def session_close(self, session_id: str, *, lost: bool = False, now: Now = None) -> list[int]:
+    def session_close(
+        self,
+        session_id: str,
+        *,
+        lost: bool = False,
+        started: Sequence[Claim] = (),
+        now: Now = None,
+    ) -> list[int]:
         """Delete the session and give its running jobs back at once. A graceful close
-        releases them without counting the attempt; ``lost=True`` (the worker lost its
-        session and stopped its tasks) counts it, as the reaper would, so a job that keeps
-        costing its worker the session still ends after max_attempts."""
+        releases them without counting the attempt, but for ``started`` claims (tasks the
+        worker started and stopped unfinished) whose job's retry_on_lost is off: those end
+        timed_out (plunder.WorkerLost), not run again. ``lost=True`` (the worker lost its
+        session and stopped its tasks) counts every attempt, as the reaper would, so a job
+        that keeps costing its worker the session still ends after max_attempts."""
 
         def op(tx: Tx) -> list[int]:
             clock = tx.clock(now)
@@ -341,12 +350,15 @@ class SQLStore(Maintenance, Reads, Sessions):
                 gone = self._lose(tx, [session_id], clock)
                 tx.one("session_delete", session_id=session_id)
                 return [int(r["id"]) for r in gone]
-            running = tx.all("job_running_of_session", session_id=session_id)
-            released = self._release(
-                tx, [Claim(int(r["id"]), int(r["attempt"]), session_id) for r in running], clock
-            )
+            running = [
+                Claim(int(r["id"]), int(r["attempt"]), session_id)
+                for r in tx.all("job_running_of_session", session_id=session_id)
+            ]
+            stopped = set(started)
+            ended = self._abandon(tx, [c for c in running if c in stopped], clock)
+            released = self._release(tx, [c for c in running if c not in ended], clock)
             tx.one("session_delete", session_id=session_id)
-            return [claim.job_id for claim in released]
+            return [claim.job_id for claim in (*ended, *released)]
 
         return self._run(op)
 
@@ -668,6 +680,33 @@ class SQLStore(Maintenance, Reads, Sessions):
             now=clock,
         )
         return released
+
+    def _abandon(self, tx: Tx, claims: list[Claim], clock: Any) -> list[Claim]:
+        """End the started attempts among ``claims`` whose job's retry_on_lost is off, as
+        lost runs (job_abandon); return them."""
+        if not claims:
+            return []
+        error = ErrorInfo(
+            "plunder.WorkerLost",
+            f"the worker of session {claims[0].session_id} shut down and stopped this "
+            "attempt unfinished; not run again (retry_on_lost=False)",
+        )
+        rows = [convert.claim_row(c) for c in claims]
+        returned = tx.batch("job_abandon", rows, error=payload.encode(error.as_dict()), now=clock)
+        self._announce(tx, returned)
+        done = convert.claims_of(returned)
+        ended = [c for c in claims if c in done]
+        tx.batch(
+            "run_close",
+            [
+                convert.run_end(
+                    c.job_id, c.attempt, c.session_id, outcome=Outcome.LOST, error=error
+                )
+                for c in ended
+            ],
+            now=clock,
+        )
+        return ended
 
     # -- streams --------------------------------------------------------------------------
     def stream_append(

@@ -630,11 +630,13 @@ class SqliteStore(SQLStore):
                 if level is None:
                     break
                 below = level["priority"]
-                row = tx.one("job_next_due_level", queue=queue, priority=below, tasks=names)
+                row = tx.one(
+                    "job_next_due_level", queue=queue, priority=below, tasks=names, now=clock
+                )
                 if row is not None:
                     earliest = min(earliest, float(row["run_at"]))
             else:
-                row = tx.one("job_next_due_rest", queue=queue, below=below, tasks=names)
+                row = tx.one("job_next_due_rest", queue=queue, below=below, tasks=names, now=clock)
                 if row is not None and row["run_at"] is not None:
                     earliest = min(earliest, float(row["run_at"]))
         return None if earliest == math.inf else earliest - clock

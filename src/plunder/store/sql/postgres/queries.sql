@@ -174,7 +174,10 @@ SELECT NULL::bigint AS id WHERE false;
 -- heartbeat), while there is one; otherwise it is taken at once. Suspects (jobs lost with
 -- their worker suspect_losses times or more) are taken only when take_suspect is true (the
 -- worker runs none), and then at most one: the first in claim order (one picked beyond it
--- stays locked, unclaimed, until this commit).
+-- stays locked, unclaimed, until this commit). A job past its start-by deadline that the
+-- janitor has not ended yet is stepped over by the walk (a filter on the row it reads
+-- anyway, checked again on the row it locks): never claimed, never holding a place of the
+-- LIMIT nor a lock the janitor's sweep would skip.
 -- What it reads does not grow with the number of jobs due later, nor with other queues'.
 -- plunder_jobs_claim holds each queue's pending jobs in claim order, and within one
 -- priority level the jobs due now come before those due later. So each of the worker's
@@ -205,29 +208,27 @@ levels AS (
      WHERE j.status = 'pending' AND j.queue = q.name
      ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1)
     UNION ALL
-    SELECT lo.priority, lo.run_at, lo.id, l.n + 1 FROM levels AS l
-    CROSS JOIN LATERAL (
+    SELECT lo.priority, lo.run_at, lo.id, l.n + 1 FROM levels AS l, LATERAL (
         SELECT j.priority, j.run_at, j.id FROM plunder_jobs AS j
         WHERE j.status = 'pending' AND j.queue = q.name AND j.priority < l.priority
         ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) AS lo
-    WHERE l.n < %(levels)s::integer
+    WHERE l.n < %(levels)s::int
 )
 
 -- name: job_claim_steps
 -- The claim's steps, after a `clock` step: the common table expressions of job_claim_many
 -- and of job_exchange (a fragment, never run alone). Its last step, `claimed`, holds the
--- claimed rows.
+-- claimed rows. Spelled short (comma-joined LATERALs): the turn must stay under psycopg's
+-- 4 KiB query cache (see queries.compact).
 picked AS (
-    SELECT c.* FROM clock, unnest(%(queues)s::text[]) AS q(name)
-    CROSS JOIN LATERAL (
+    SELECT c.* FROM clock, unnest(%(queues)s::text[]) AS q(name), LATERAL (
         WITH RECURSIVE /* include: job_claim_levels */,
         -- the other live sessions of this queue that have a free slot, for the jobs this
         -- session failed (read only for those; spelled short, as the turn must stay under
         -- psycopg's 4 KiB query cache)
         peers AS (SELECT s.id, s.tasks FROM plunder_sessions s WHERE s.expires_at > clock.now
                   AND s.free_slots > 0 AND q.name = ANY(s.queues))
-        SELECT due.* FROM levels AS l
-        CROSS JOIN LATERAL (
+        SELECT due.* FROM levels AS l, LATERAL (
             SELECT j.id, j.priority, j.run_at, j.losses FROM plunder_jobs AS j
             WHERE j.status = 'pending'
               AND j.queue = q.name
@@ -235,6 +236,8 @@ picked AS (
               -- from the level's first job on (see job_claim_levels): an index bound
               AND (j.run_at, j.id) >= (l.run_at, l.id)
               AND j.run_at <= clock.now
+              -- not past its start-by deadline (NULL: none)
+              AND (j.expires_at > clock.now) IS NOT FALSE
               AND j.task = ANY(%(tasks)s::text[])
               AND (j.losses < %(suspect_losses)s OR %(take_suspect)s)
               AND NOT (j.failed_sessions <> '{}' AND %(session_id)s = ANY(j.failed_sessions)
@@ -246,13 +249,14 @@ picked AS (
         ) AS due
         UNION ALL
         SELECT rest.* FROM (SELECT min(priority) AS below FROM levels
-                  HAVING count(*) = %(levels)s::integer) AS b
-        CROSS JOIN LATERAL (
+                  HAVING count(*) = %(levels)s::int) AS b, LATERAL (
             SELECT j.id, j.priority, j.run_at, j.losses FROM plunder_jobs AS j
             WHERE j.status = 'pending'
               AND j.queue = q.name
               AND j.priority < b.below
               AND j.run_at <= clock.now
+              -- not past its start-by deadline (NULL: none)
+              AND (j.expires_at > clock.now) IS NOT FALSE
               AND j.task = ANY(%(tasks)s::text[])
               AND (j.losses < %(suspect_losses)s OR %(take_suspect)s)
               AND NOT (j.failed_sessions <> '{}' AND %(session_id)s = ANY(j.failed_sessions)
@@ -264,7 +268,7 @@ picked AS (
         ) AS rest
         LIMIT %(limit)s
     ) AS c
-    WHERE EXISTS (SELECT 1 FROM plunder_sessions
+    WHERE EXISTS (SELECT FROM plunder_sessions
                   WHERE id = %(session_id)s AND expires_at > clock.now)
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(limit)s
@@ -293,9 +297,6 @@ claimed AS (
     -- rows the walk above returns: the statement is prepared with a generic plan, which
     -- cannot know LIMIT and would otherwise join the chosen ids to a scan of every job
     WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
-      -- never a job past its start-by deadline (NULL: none), even one the janitor has not
-      -- ended yet
-      AND (j.expires_at > clock.now) IS NOT FALSE
     -- the job's own columns, not the run kept on it once it succeeds (run_*); unqualified,
     -- as no other relation here has columns of those names (a shorter statement to send)
     RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts,
@@ -499,6 +500,23 @@ FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[])
      clock
 WHERE j.id = u.job_id AND j.attempt = u.attempt AND j.session_id = u.session_id
   AND j.status = 'running'
+RETURNING j.id, j.attempt, u.session_id AS session_id, j.status, j.queue;
+
+-- name: job_abandon
+-- batch. Graceful shutdown past the grace period stopped this attempt's task, which had
+-- started (a thread may even run on): a job whose retry_on_lost is off ends timed_out with
+-- error (plunder.WorkerLost) and is not run again, as job_lose_many ends it when its
+-- worker is lost; the store releases the others (job_release). Fenced by the claim.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+UPDATE plunder_jobs AS j
+SET status = 'timed_out', finished_at = clock.now, error = %(error)s, deadline_at = NULL,
+    failed_sessions = array_append(j.failed_sessions, u.session_id),
+    losses = j.losses + 1
+FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[])
+         AS u(job_id, attempt, session_id),
+     clock
+WHERE j.id = u.job_id AND j.attempt = u.attempt AND j.session_id = u.session_id
+  AND j.status = 'running' AND NOT j.retry_on_lost
 RETURNING j.id, j.attempt, u.session_id AS session_id, j.status, j.queue;
 
 -- name: job_claim_state
@@ -733,8 +751,9 @@ RETURNING j.id, j.attempt, j.status, j.queue;
 -- name: job_expire_many
 -- Pending jobs past their start-by deadline end expired, at most limit a pass, the
 -- earliest deadlines first (plunder_jobs_expires holds only pending jobs that have one);
--- rows a claim holds are skipped, and the claim's own guard refuses them. They never ran:
--- no session, no history row.
+-- rows a claim holds are skipped (its walk steps over expired jobs, so it holds one only
+-- if it was still in time by the claim's clock). They never ran: no session, no history
+-- row.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 due AS (
     SELECT j.id FROM plunder_jobs AS j, clock
@@ -883,7 +902,8 @@ DELETE FROM plunder_listeners WHERE id = %(id)s;
 -- are in run_at order in plunder_jobs_claim; jobs of other tasks before it are stepped
 -- over). So what it reads does not grow with other queues' jobs, nor with the jobs due
 -- later behind the first of each level. Below the last of the `levels` levels, the rest
--- of the queue is read in one go (all of it: a minimum cannot stop early).
+-- of the queue is read in one go (all of it: a minimum cannot stop early). A job past its
+-- start-by deadline is no work (the claim steps over it): not read as due.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 SELECT extract(epoch FROM min(d.run_at) - min(clock.now))::float8 AS due_in
 FROM clock, unnest(%(queues)s::text[]) AS q(name)
@@ -893,15 +913,15 @@ CROSS JOIN LATERAL (
     CROSS JOIN LATERAL (
         SELECT j.run_at FROM plunder_jobs AS j
         WHERE j.status = 'pending' AND j.queue = q.name AND j.priority = l.priority
-          AND j.task = ANY(%(tasks)s::text[])
+          AND j.task = ANY(%(tasks)s::text[]) AND (j.expires_at > clock.now) IS NOT FALSE
         ORDER BY j.run_at, j.id
         LIMIT 1) AS first
     UNION ALL
     SELECT min(j.run_at) FROM (SELECT min(priority) AS below FROM levels
-                               HAVING count(*) = %(levels)s::integer) AS b
+                               HAVING count(*) = %(levels)s::int) AS b
     JOIN plunder_jobs AS j
       ON j.status = 'pending' AND j.queue = q.name AND j.priority < b.below
-         AND j.task = ANY(%(tasks)s::text[])
+         AND j.task = ANY(%(tasks)s::text[]) AND (j.expires_at > clock.now) IS NOT FALSE
 ) AS d;
 
 -- name: job_next_due_level

@@ -130,12 +130,15 @@ LIMIT 1;
 -- this session already failed is left to another live session that runs its queue and
 -- task and has a free slot (as of its last heartbeat), while there is one; otherwise it is
 -- taken at once. Suspects (jobs lost with their worker :suspect_losses times or more) are
--- read only when :take_suspect is true; the store takes at most one.
+-- read only when :take_suspect is true; the store takes at most one. A job past its
+-- start-by deadline that the janitor has not ended yet is stepped over (a filter on the
+-- row the walk reads anyway), so a burst of them cannot fill :limit and stall the queue.
 SELECT j.id, j.losses, j.priority, j.run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
 WHERE j.status = 'pending'
   AND j.queue = :queue
   AND j.priority = :priority
   AND j.run_at <= :now
+  AND (j.expires_at IS NULL OR j.expires_at > :now)  -- not past its start-by deadline
   AND j.task IN (SELECT value FROM json_each(:tasks))
   AND (j.losses < :suspect_losses OR :take_suspect)
   AND NOT (
@@ -160,6 +163,7 @@ WHERE j.status = 'pending'
   AND j.queue = :queue
   AND j.priority < :below
   AND j.run_at <= :now
+  AND (j.expires_at IS NULL OR j.expires_at > :now)  -- not past its start-by deadline
   AND j.task IN (SELECT value FROM json_each(:tasks))
   AND (j.losses < :suspect_losses OR :take_suspect)
   AND NOT (
@@ -320,6 +324,19 @@ SET status = 'pending', run_at = :now, session_id = NULL,
     deadline_at = NULL, max_attempts = max_attempts + 1
 WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
   AND status = 'running'
+RETURNING id, attempt, :session_id AS session_id, status, queue;
+
+-- name: job_abandon
+-- batch. Graceful shutdown past the grace period stopped this attempt's task, which had
+-- started (a thread may even run on): a job whose retry_on_lost is off ends timed_out with
+-- :error (plunder.WorkerLost) and is not run again, as job_lose_many ends it when its
+-- worker is lost; the store releases the others (job_release). Fenced by the claim.
+UPDATE plunder_jobs
+SET status = 'timed_out', finished_at = :now, error = :error, deadline_at = NULL,
+    failed_sessions = json_insert(failed_sessions, '$[#]', :session_id),
+    losses = losses + 1
+WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
+  AND status = 'running' AND NOT retry_on_lost
 RETURNING id, attempt, :session_id AS session_id, status, queue;
 
 -- name: job_claim_state
@@ -628,13 +645,15 @@ SELECT :id AS id WHERE 0;
 SELECT :levels, :now, :queues, :tasks WHERE 0;
 
 -- name: job_next_due_level
--- The earliest run_at of a pending job of one of :tasks in one queue and priority level:
--- one probe of plunder_jobs_claim, which holds a level's pending jobs in run_at order.
+-- The earliest run_at of a pending job of one of :tasks in one queue and priority level,
+-- not past its start-by deadline: one probe of plunder_jobs_claim, which holds a level's
+-- pending jobs in run_at order (the expired ones before it are stepped over).
 SELECT j.run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
 WHERE j.status = 'pending'
   AND j.queue = :queue
   AND j.priority = :priority
   AND j.task IN (SELECT value FROM json_each(:tasks))
+  AND (j.expires_at IS NULL OR j.expires_at > :now)  -- an expired job is no work
 ORDER BY j.run_at, j.id
 LIMIT 1;
 
@@ -646,7 +665,8 @@ SELECT min(j.run_at) AS run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_cl
 WHERE j.status = 'pending'
   AND j.queue = :queue
   AND j.priority < :below
-  AND j.task IN (SELECT value FROM json_each(:tasks));
+  AND j.task IN (SELECT value FROM json_each(:tasks))
+  AND (j.expires_at IS NULL OR j.expires_at > :now);
 
 -- name: job_table_pages
 -- PostgreSQL's check on the size its cached plans were made for. SQLite plans a statement

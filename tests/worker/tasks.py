@@ -34,7 +34,7 @@ def effect(ctx: plunder.Context, token: str, seconds: float) -> str:
         if app.url.startswith("sqlite")
         else "INSERT INTO effects (token, pid) VALUES (%s, %s)"
     )
-    with ctx.transaction() as conn:
+    with ctx.transaction(result=token) as conn:
         conn.execute(sql, (token, os.getpid()))
     return token
 

@@ -190,8 +190,8 @@ def test_a_paused_worker_is_fenced_and_carries_on_under_a_new_session(
     rows = _effects(workers.url)
     assert sorted(token for token, _ in rows) == ["tok-0", "tok-1", "tok-2"]  # exactly once
     assert {pid for _, pid in rows} == {rescuer.pid}
-    for job in jobs:  # stored just after the task's own transaction acknowledged it
-        wait_for(lambda j=job: store.job_get(j.id).result == j.args[0], what="the result")
+    for job in jobs:  # committed by the task's own transaction, with its acknowledgement
+        assert store.job_get(job.id).result == job.args[0]
     # the resumed worker goes on working
     (later,) = store.job_enqueue_many([JobSpec("add", [2, 3])])
     wait_for(lambda: store.job_get(later.id).status == Status.SUCCEEDED, what="new work")

@@ -198,9 +198,9 @@ class Context(JobIdentity):
         The task must then return ``value`` (or an equal value): a task that returns
         anything else has its return refused. The job keeps ``value``, and the worker logs
         an ERROR naming the job (logger ``plunder.worker``); the job's record cannot show
-        it, since the commit closed the run. Stream events and progress buffered after the
-        block are discarded with a warning (the job's stream ended with it); other plunder
-        calls (enqueues, reads) work as anywhere else.
+        it, since the commit closed the run. Stream events made in the block commit with it;
+        those made after the block are discarded with a warning (the job's stream ended
+        with it); other plunder calls (enqueues, reads) work as anywhere else.
 
         If the claim is no longer current the writes are rolled back and
         :class:`StaleClaim` is raised. If the database refuses the COMMIT (a serialization
@@ -254,6 +254,7 @@ class Context(JobIdentity):
             return
         completion = Completion(self.claim, open_.result, logs=tuple(self.log_lines))
         try:
+            self._append_buffered(open_.conn)
             ack = self._store.job_complete_many([completion], conn=open_.conn)
             if self.claim not in ack.accepted:
                 raise errors.StaleClaim(
@@ -269,6 +270,19 @@ class Context(JobIdentity):
         open_.manager.__exit__(None, None, None)
         self._acknowledged_result = open_.result
         self.acknowledged = True
+
+    def _append_buffered(self, conn: Any) -> None:
+        """Events buffered in the block join the acknowledging transaction: the stream ends
+        with them. Skipped while a flush is under way on another connection (on SQLite it
+        waits for this transaction's lock); what it leaves is discarded with a warning."""
+        if not self._flush_lock.acquire(blocking=False):
+            return
+        try:
+            events = self.take_events()
+            if events:
+                self._store.stream_append(self.claim, events, conn=conn)
+        finally:
+            self._flush_lock.release()
 
 
 @dataclass(slots=True)

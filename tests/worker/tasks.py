@@ -80,6 +80,16 @@ def returns_other(ctx: plunder.Context) -> int:
     return 2
 
 
+@app.task(name="streams_in_transaction", retries=0)
+def streams_in_transaction(ctx: plunder.Context) -> str:
+    """Streams inside its transaction block, with no flush of its own."""
+    ctx.stream("before ")
+    with ctx.transaction(result="done"):
+        ctx.stream("inside")
+        ctx.progress(1, 1)
+    return "done"
+
+
 @app.task(name="calls_after_transaction", retries=0)
 def calls_after_transaction(ctx: plunder.Context, token: str, seconds: float, out: str) -> None:
     """Writes a row in its transaction, then (the job acknowledged) enqueues another job,

@@ -153,3 +153,21 @@ def test_a_retry_that_streams_nothing_ends_the_stream_with_its_mark(store_url: s
         (2, "attempt", {"attempt": 2, "previous": 1}),
     ]
     assert events[-1].seq == events[-2].seq
+
+
+def test_events_streamed_in_the_block_commit_with_the_acknowledgement(
+    store: Store, workers: Workers
+) -> None:
+    """Events still buffered when the block ends are written by the acknowledging
+    transaction: the stream of a succeeded job has them (before, the next flush found the
+    job ended and discarded them)."""
+    workers.start()
+    (job,) = store.job_enqueue_many([JobSpec("streams_in_transaction")])
+    wait_for(lambda: is_terminal(store.job_get(job.id).status), what="the job")
+    assert store.job_get(job.id).status == Status.SUCCEEDED
+    events = [(e.kind, e.data) for e in store.stream_read(job.id)]
+    assert events == [
+        ("chunk", "before "),
+        ("chunk", "inside"),
+        ("progress", {"current": 1, "total": 1}),
+    ]

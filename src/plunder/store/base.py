@@ -363,9 +363,15 @@ class Store(Protocol):
     def job_release_many(self, claims: Sequence[Claim], *, now: Now = None) -> AckResult: ...
 
     def stream_append(
-        self, claim: Claim, events: Sequence[tuple[str, Any]], *, now: Now = None
+        self,
+        claim: Claim,
+        events: Sequence[tuple[str, Any]],
+        *,
+        now: Now = None,
+        conn: Any = None,
     ) -> list[int]:
-        """Append ``(kind, data)`` events for a running attempt; StaleClaim if not current."""
+        """Append ``(kind, data)`` events for a running attempt; StaleClaim if not current.
+        With ``conn`` (a task's open transaction), in that transaction."""
         ...
 
     def job_next_due(

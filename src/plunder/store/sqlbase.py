@@ -710,7 +710,12 @@ class SQLStore(Maintenance, Reads, Sessions):
 
     # -- streams --------------------------------------------------------------------------
     def stream_append(
-        self, claim: Claim, events: Sequence[tuple[str, Any]], *, now: Now = None
+        self,
+        claim: Claim,
+        events: Sequence[tuple[str, Any]],
+        *,
+        now: Now = None,
+        conn: Any = None,
     ) -> list[int]:
         rows = []
         for kind, data in events:
@@ -739,4 +744,4 @@ class SQLStore(Maintenance, Reads, Sessions):
             self._notify(tx, CHANNEL_STREAM, [str(claim.job_id)])
             return ids
 
-        return self._run(op) if rows else []
+        return self._run(op, conn=conn) if rows else []

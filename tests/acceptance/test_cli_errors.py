@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 
 from plunder import pgcluster
 from plunder.cli import main
+from tests.store.helpers import refused_logins
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,17 +52,7 @@ def one_line_error(result: Result) -> str:
     return found[0]
 
 
-@pytest.mark.parametrize(
-    ("url_of", "cause"),
-    [
-        (lambda c: c.url("no_such_farm"), 'database "no_such_farm" does not exist'),
-        (
-            lambda c: c.url().replace("postgres@", "no_such_role@", 1),
-            'role "no_such_role" does not exist',
-        ),
-    ],
-    ids=["missing-database", "missing-role"],
-)
+@refused_logins
 def test_a_refused_login_is_one_line_naming_the_cause_at_once(
     pg_cluster: pgcluster.Cluster, url_of: object, cause: str
 ) -> None:

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
+
 from plunder.model import Claim, Completion, JobRecord, JobSpec, Session, TaskInfo
 from plunder.store import Store
 
@@ -89,3 +91,17 @@ def count_orders(url: str) -> int:
         return int(conn.execute("SELECT count(*) FROM orders").fetchone()[0])
     finally:
         conn.close()
+
+
+# URLs the test cluster refuses for good (by the cluster), and the cause each names
+refused_logins = pytest.mark.parametrize(
+    ("url_of", "cause"),
+    [
+        (lambda c: c.url("no_such_farm"), 'database "no_such_farm" does not exist'),
+        (
+            lambda c: c.url().replace("postgres@", "no_such_role@", 1),
+            'role "no_such_role" does not exist',
+        ),
+    ],
+    ids=["missing-database", "missing-role"],
+)

@@ -19,7 +19,7 @@ import plunder
 from plunder import errors, pgcluster
 from plunder.model import JobSpec
 from plunder.store import Store, open_store
-from tests.store.helpers import raw_connect
+from tests.store.helpers import raw_connect, refused_logins
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,17 +51,7 @@ OPEN = """
 """
 
 
-@pytest.mark.parametrize(
-    ("url_of", "cause"),
-    [
-        (lambda c: c.url("no_such_farm"), 'database "no_such_farm" does not exist'),
-        (
-            lambda c: c.url().replace("postgres@", "no_such_role@", 1),
-            'role "no_such_role" does not exist',
-        ),
-    ],
-    ids=["missing-database", "missing-role"],
-)
+@refused_logins
 def test_a_refused_login_raises_at_once_and_prints_nothing(
     pg_cluster: pgcluster.Cluster, url_of: Any, cause: str
 ) -> None:

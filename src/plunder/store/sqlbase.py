@@ -663,23 +663,7 @@ class SQLStore(Maintenance, Reads, Sessions):
         return self._run(op) if claims else AckResult((), ())
 
     def _release(self, tx: Tx, claims: list[Claim], clock: Any) -> list[Claim]:
-        if not claims:
-            return []
-        returned = tx.batch("job_release", [convert.claim_row(c) for c in claims], now=clock)
-        self._announce(tx, returned)
-        done = convert.claims_of(returned)
-        released = [c for c in claims if c in done]
-        tx.batch(
-            "run_close",
-            [
-                convert.run_end(
-                    c.job_id, c.attempt, c.session_id, outcome=Outcome.RELEASED, error=None
-                )
-                for c in released
-            ],
-            now=clock,
-        )
-        return released
+        return self._end_attempts(tx, "job_release", claims, clock, outcome=Outcome.RELEASED)
 
     def _abandon(self, tx: Tx, claims: list[Claim], clock: Any) -> list[Claim]:
         """End the started attempts among ``claims`` whose job's retry_on_lost is off, as
@@ -691,21 +675,35 @@ class SQLStore(Maintenance, Reads, Sessions):
             f"the worker of session {claims[0].session_id} shut down and stopped this "
             "attempt unfinished; not run again (retry_on_lost=False)",
         )
-        rows = [convert.claim_row(c) for c in claims]
-        returned = tx.batch("job_abandon", rows, error=payload.encode(error.as_dict()), now=clock)
+        return self._end_attempts(
+            tx, "job_abandon", claims, clock, outcome=Outcome.LOST, error=error
+        )
+
+    def _end_attempts(
+        self,
+        tx: Tx,
+        query: str,
+        claims: list[Claim],
+        clock: Any,
+        *,
+        outcome: Outcome,
+        error: ErrorInfo | None = None,
+    ) -> list[Claim]:
+        """Run the fenced batch ``query`` over ``claims`` (with ``error``, encoded, as its
+        :error), then close the history row of each attempt it ended with ``outcome``;
+        return the claims it ended."""
+        if not claims:
+            return []
+        extra = {} if error is None else {"error": payload.encode(error.as_dict())}
+        returned = tx.batch(query, [convert.claim_row(c) for c in claims], now=clock, **extra)
         self._announce(tx, returned)
         done = convert.claims_of(returned)
         ended = [c for c in claims if c in done]
-        tx.batch(
-            "run_close",
-            [
-                convert.run_end(
-                    c.job_id, c.attempt, c.session_id, outcome=Outcome.LOST, error=error
-                )
-                for c in ended
-            ],
-            now=clock,
-        )
+        ends = [
+            convert.run_end(c.job_id, c.attempt, c.session_id, outcome=outcome, error=error)
+            for c in ended
+        ]
+        tx.batch("run_close", ends, now=clock)
         return ended
 
     # -- streams --------------------------------------------------------------------------

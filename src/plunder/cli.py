@@ -19,6 +19,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 import click
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -28,6 +29,7 @@ from plunder.app import App, Job
 from plunder.execution import tune_gc
 from plunder.lanes import Lanes
 from plunder.model import JobRecord, Run, Unrunnable
+from plunder.states import Status
 from plunder.store import Store, open_store
 from plunder.worker import Worker, WorkerOptions
 
@@ -420,35 +422,18 @@ def status(state: State, as_json: bool) -> None:
                 {"queues": stats, "workers": sessions, "janitor": lease, "unrunnable": unrunnable}
             )
             return
-        table = Table(title="queues")
-        for column in (
-            "queue",
-            "pending",
-            "running",
-            "succeeded",
-            "failed",
-            "timed_out",
-            "cancelled",
-            "expired",
-            "oldest pending",
-        ):
-            table.add_column(column, justify="left" if column == "queue" else "right")
+        # no vertical rules, and headers that may wrap: a queue's row fits 80 columns
+        table = Table(title="queues", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), pad_edge=False, collapse_padding=True)
+        statuses = [status.value for status in Status]
+        table.add_column("queue", no_wrap=True)
+        for column in (*statuses, "oldest pending"):
+            label = column.replace("_", " ")
+            table.add_column(label, justify="right", no_wrap=" " not in label)
         for s in stats:
             age = "-" if s.oldest_pending_age is None else f"{s.oldest_pending_age:.1f}s"
             table.add_row(
                 s.queue,
-                *(
-                    str(s.counts[k])
-                    for k in (
-                        "pending",
-                        "running",
-                        "succeeded",
-                        "failed",
-                        "timed_out",
-                        "cancelled",
-                        "expired",
-                    )
-                ),
+                *(str(s.counts[k]) for k in statuses),
                 age,
             )
         out.print(table)

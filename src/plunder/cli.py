@@ -423,7 +423,13 @@ def status(state: State, as_json: bool) -> None:
             )
             return
         # no vertical rules, and headers that may wrap: a queue's row fits 80 columns
-        table = Table(title="queues", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), pad_edge=False, collapse_padding=True)
+        table = Table(
+            title="queues",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            collapse_padding=True,
+        )
         statuses = [status.value for status in Status]
         table.add_column("queue", no_wrap=True)
         for column in (*statuses, "oldest pending"):

@@ -2,7 +2,7 @@
 
     plunder bench [--quick] [--repeat N] [--systems a,b] [--scenarios 1,2,…] [--json PATH]
 
-One throwaway PostgreSQL cluster on loopback (``plunder.pgcluster.create()`` with no test
+One throwaway PostgreSQL cluster on loopback (``tests.support.pgcluster.create()`` with no test
 settings: fsync and synchronous_commit on, defaults otherwise) serves every PostgreSQL
 system; each measurement gets a fresh database (SQLite: a fresh file). Runs are
 interleaved — run 1 of every system, then run 2, … — and the table shows medians. Within a
@@ -581,7 +581,7 @@ def in_turn(work: list[tuple[System, str]], number: int) -> list[tuple[System, s
 
 
 def run(options: Options) -> dict[str, Any]:
-    from plunder import pgcluster
+    from tests.support import pgcluster
 
     echo = options.echo
     notes: list[str] = []

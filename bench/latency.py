@@ -6,7 +6,7 @@ result latency is when ``job.result()`` returned in the producer minus ``finishe
 (the database and the producer share this machine's clock). Beside it, the bound of this
 database on this machine: a bare LISTEN/NOTIFY round trip on PostgreSQL.
 
-    python bench/latency.py [--rate 50] [--seconds 10]
+    python -m bench.latency [--rate 50] [--seconds 10]   # from the checkout's root
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 import psycopg
+from tests.support import pgcluster
 
 import plunder
-from plunder import pgcluster
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@ batches, on SQLite (a file, synchronous=FULL) and PostgreSQL (a throwaway cluste
 fsync on), through the store seam with fencing and run history on. One process, no worker
 overhead: this is the store's own cost. The full side-by-side benchmark is ``plunder bench``.
 
-    python bench/store_throughput.py [--jobs 20000] [--batch 100] [--repeat 3]
+    python -m bench.store_throughput [--jobs 20000] [--batch 100] [--repeat 3]   # from the root
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import psycopg
+from tests.support import pgcluster
 
-from plunder import pgcluster
 from plunder.model import Completion, JobSpec
 from plunder.store import Store, open_store
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from plunder import pgcluster
 from plunder.store import Store, open_store
+from tests.support import pgcluster
 
 BACKENDS = ["sqlite", "postgres"]
 _counter = itertools.count()

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from plunder import pgcluster
 from plunder.cli import main
 from tests.store.helpers import refused_logins
+from tests.support import pgcluster
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -33,13 +33,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import plunder
-from plunder import errors, payload, pgcluster
+from plunder import errors, payload
 from plunder.model import Completion, JobSpec
 from plunder.states import Status
 from plunder.store import Store, open_store
 from plunder.worker import Worker, WorkerOptions
 from tests.conftest import _pg_database, _pg_drop
 from tests.store.helpers import claim, complete, open_session, raw_connect
+from tests.support import pgcluster
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = 5.0  # seconds: every answer here is much faster; pg_sleep(5) could not be

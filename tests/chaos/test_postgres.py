@@ -15,9 +15,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from plunder import pgcluster
 from tests.chaos.checker import DEFAULT, check
 from tests.chaos.harness import System, witness
+from tests.support import pgcluster
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 

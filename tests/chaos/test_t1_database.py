@@ -27,13 +27,13 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from plunder import pgcluster
 from plunder.janitor import LEASE_NAME
 from plunder.states import Outcome, Status
 from plunder.worker import RECONNECT_CAP
 from tests.chaos.checker import DEFAULT, Observation, check
 from tests.chaos.harness import Proc, System, Timing, witness
 from tests.chaos.test_janitor import _holder
+from tests.support import pgcluster
 
 pytestmark = [
     pytest.mark.t1,

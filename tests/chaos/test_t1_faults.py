@@ -22,12 +22,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from plunder import errors, pgcluster, worker
+from plunder import errors, worker
 from plunder.model import Run
 from plunder.states import Outcome
 from tests.chaos.chaosproxy import ChaosProxy
 from tests.chaos.checker import check
 from tests.chaos.harness import Proc, System, Timing, witness
+from tests.support import pgcluster
 
 pytestmark = pytest.mark.t1
 

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 import plunder
-from plunder import errors, pgcluster
+from plunder import errors
 from plunder.model import JobSpec
 from plunder.store import Store, open_store
 from tests.store.helpers import raw_connect, refused_logins
+from tests.support import pgcluster
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from plunder import pgcluster
+from tests.support import pgcluster
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_COMMAND = "pip install -e '.[dev]' && bash scripts/check"

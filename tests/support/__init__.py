@@ -1,0 +1,1 @@
+"""Support shared by the tests and the benchmark harness; never shipped in the package."""

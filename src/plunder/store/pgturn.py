@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 from psycopg.rows import tuple_row
@@ -50,17 +50,48 @@ except ImportError:  # pragma: no cover - a psycopg without it sends one turn at
     fetch_many = None
 
 from plunder import errors
-from plunder.model import SUSPECT_LOSSES, AckResult, Completion, JobRecord
+from plunder.model import SUSPECT_LOSSES, AckResult, Claim, Completion, JobRecord
 from plunder.store import convert
-from plunder.store.deadlines import Call
+from plunder.store.deadlines import Call, Deadlines
+from plunder.store.engine import Tx
 from plunder.store.pgtx import PgTx, array_literal, plan_once
 from plunder.store.sqlbase import CLAIM_LEVELS, Claimed
 
-if TYPE_CHECKING:
-    from plunder.store.postgres import PostgresStore
-
 Encoded = list[tuple[Completion, str]]  # completions with their results encoded
 MAX_IN_FLIGHT = 3  # turns a pipe may have in flight, where psycopg lets it read them singly
+T = TypeVar("T")
+
+
+class PipeStore(Protocol):
+    """What turns need of the PostgreSQL store (``PostgresStore`` is one). Declared here so
+    that this module does not import the store that imports it."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def queries(self) -> dict[str, str]: ...
+    @property
+    def _pool_size(self) -> int: ...
+    @property
+    def _deadlines(self) -> Deadlines: ...
+    @property
+    def _call_timeout(self) -> float | None: ...
+    def _get_pool(self) -> Any: ...
+    def _pipe_connection(self) -> psycopg.Connection[Any] | None: ...
+    def _check_claim(self, queues: Sequence[str], limit: int) -> None: ...
+    def _encode_results(self, completions: Sequence[Completion]) -> Encoded: ...
+    def _claimed(self, claimed: tuple[list[str], list[Sequence[Any]]]) -> list[JobRecord]: ...
+    def _settle(self, tx: Tx, items: Encoded, clock: Any) -> tuple[list[Claim], list[Claim]]: ...
+    def _translate(self, exc: Exception) -> Exception | None: ...
+    def _run(
+        self,
+        op: Callable[[Tx], T],
+        *,
+        write: bool = True,
+        conn: Any = None,
+        repeatable: bool = True,
+        single: bool = False,
+    ) -> T: ...
 
 
 def turn_params(
@@ -94,7 +125,7 @@ class Answer:
 
     def __init__(
         self,
-        store: PostgresStore,
+        store: PipeStore,
         plain: Encoded,
         session_id: str,
         read: Callable[[], Claimed],
@@ -113,7 +144,7 @@ class Answer:
         self._table: Claimed | None = None
 
     @classmethod
-    def of(cls, store: PostgresStore, plain: Encoded, session_id: str, table: Claimed) -> Answer:
+    def of(cls, store: PipeStore, plain: Encoded, session_id: str, table: Claimed) -> Answer:
         """The answer of rows read already."""
         claimed = sum(1 for row in table[1] if row[1] is not None)
         return cls(store, plain, session_id, lambda: table, claimed)
@@ -224,7 +255,7 @@ class TurnPipe:
     Up to ``depth`` turns in flight, answered in the order they were sent; only the
     worker's main thread uses it."""
 
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(self, store: PipeStore) -> None:
         self._store = store
         self._conn: psycopg.Connection[Any] | None = None
         self._pipeline: psycopg.Pipeline | None = None

@@ -32,6 +32,7 @@ from plunder.states import Outcome, Status
 from plunder.worker import RECONNECT_CAP
 from tests.chaos.checker import DEFAULT, Observation, check
 from tests.chaos.harness import Proc, System, Timing, witness
+from tests.chaos.prereqs import require
 from tests.chaos.test_janitor import _holder
 from tests.support import pgcluster
 
@@ -418,11 +419,7 @@ def pgbouncer(pg_cluster: pgcluster.Cluster) -> Iterator[Bouncer]:
     """pgbouncer in transaction-pooling mode in front of the test cluster, on a free
     loopback port, as the cluster's unprivileged OS user, with a folder of its own (that
     user cannot enter the test's); stopped and removed whatever the test did."""
-    binary = shutil.which("pgbouncer") or next(
-        (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.path.exists(p)), None
-    )
-    if binary is None:
-        pytest.skip("S19 needs the pgbouncer binary: apt-get install pgbouncer")
+    binary = require("S19", "pgbouncer")["pgbouncer"]
     with ExitStack() as undo:
         folder = Path(tempfile.mkdtemp(prefix="plunder-pgbouncer-"))
         undo.callback(shutil.rmtree, folder, ignore_errors=True)

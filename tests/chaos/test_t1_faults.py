@@ -28,6 +28,7 @@ from plunder.states import Outcome
 from tests.chaos.chaosproxy import ChaosProxy
 from tests.chaos.checker import check
 from tests.chaos.harness import Proc, System, Timing, witness
+from tests.chaos.prereqs import require
 from tests.support import pgcluster
 
 pytestmark = pytest.mark.t1
@@ -276,6 +277,7 @@ def grow(point: Path, size_bytes: int) -> None:
 @pytest.fixture
 def no_leftovers() -> Iterator[None]:
     """A crashed run may have left a mount behind: remove it, and say so."""
+    require("S15", "mount", "umount")
     gone = clean_stale_mounts()
     if gone:
         print(f"removed leftovers of a crashed run: {gone}")
@@ -428,6 +430,7 @@ def test_s15_file_size_limit_sqlite(tmp_path: Path) -> None:
     """The non-root variant: one producer runs under ``prlimit --fsize``, so its writes past
     the limit fail with EFBIG (SQLITE_IOERR_WRITE, CPython ignores SIGXFSZ). Its enqueues
     must be refused as storage full, the other processes go on, nothing is lost."""
+    require("S15", "prlimit")
     system = System(f"sqlite:///{tmp_path / 'plunder.db'}", tmp_path, FULL_TIMING)
     try:
         system.sample()
@@ -672,6 +675,7 @@ def partitioned() -> Iterator[tuple[pgcluster.Cluster, Namespace]]:
     """A namespace and a cluster of its own that also listens on the host's end of the
     veth pair and lets the namespace in. The server has no idle or keepalive settings of
     its own: whatever ends a partitioned worker's transaction, plunder asked for it."""
+    require("S08", "ip", "nft")
     spaces, links = stale_network()
     for name in spaces:
         _run("ip", "netns", "del", name)

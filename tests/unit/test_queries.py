@@ -1,5 +1,6 @@
-"""The named-query files: both dialects name the same queries with the same parameters, the
-PostgreSQL SQL stays within what CockroachDB and pgbouncer accept, and the parser is strict."""
+"""The named-query files: the operations both dialects share carry the same names and
+parameters, neither keeps a stub of the other's own, the PostgreSQL SQL stays within what
+CockroachDB and pgbouncer accept, and the parser is strict."""
 
 from __future__ import annotations
 
@@ -27,16 +28,23 @@ def pg_params(sql: str) -> set[str]:
     return set(PG_PARAM.findall(code(sql)))
 
 
-def test_both_dialects_parse_and_name_the_same_queries() -> None:
+def test_both_dialects_parse_and_name_the_operations_they_share_alike() -> None:
+    """A name in one file only is declared that dialect's own (queries.DIALECT_ONLY), and
+    every declared name is in its file: a shared operation misnamed in one dialect fails."""
     sqlite, postgres = queries.load("sqlite"), queries.load("postgres")
     assert len(sqlite) > 30
-    assert set(sqlite) - set(postgres) == set()
-    assert set(postgres) - set(sqlite) == set()
+    assert set(sqlite) - set(postgres) == queries.DIALECT_ONLY["sqlite"]
+    assert set(postgres) - set(sqlite) == queries.DIALECT_ONLY["postgres"]
+    assert set(queries.DIALECT_ONLY) == set(DIALECTS)
+
+
+def shared() -> list[str]:
+    return sorted(set(queries.load("sqlite")) & set(queries.load("postgres")))
 
 
 # Operations done differently, on purpose: SQLite has no LATERAL join, so its claim walks
 # the queues and priority levels with statements of its own (job_claim_level,
-# job_claim_walk, PostgreSQL placeholders) and then claims the ids they found; PostgreSQL's
+# job_claim_walk, job_claim_rest) and then claims the ids they found; PostgreSQL's
 # job_claim_many walks inside the one statement.
 DIFFERENT_PARAMETERS = {
     "job_claim_many": (
@@ -55,20 +63,45 @@ DIFFERENT_PARAMETERS = {
 }
 
 
-def placeholder(sql: str) -> bool:
-    """A query one dialect never runs, kept so both name the same operations."""
-    return bool(re.search(r"\bWHERE\s+false\s*;?\s*$", code(sql).strip(), re.IGNORECASE))
-
-
-@pytest.mark.parametrize("name", sorted(queries.load("sqlite")))
-def test_each_query_takes_the_same_parameters_in_both_dialects(name: str) -> None:
+@pytest.mark.parametrize("name", shared())
+def test_each_shared_query_takes_the_same_parameters_in_both_dialects(name: str) -> None:
     sqlite, postgres = queries.load("sqlite")[name], queries.load("postgres")[name]
     if name in DIFFERENT_PARAMETERS:
         assert (sqlite_params(sqlite), pg_params(postgres)) == DIFFERENT_PARAMETERS[name]
-    elif placeholder(postgres):
-        assert pg_params(postgres) == set()
     else:
         assert sqlite_params(sqlite) == pg_params(postgres)
+
+
+# A stub: a SELECT that can return no row, or only constants, or documentation saying the
+# store never sends it. (SQLite's write_lock is an UPDATE that matches no row on purpose: it
+# takes the write lock.)
+EMPTY_SELECT = re.compile(r"^SELECT\b.*\bWHERE\s+(?:0|false)$", re.IGNORECASE | re.DOTALL)
+CONSTANT = r"(?:-?\d+|NULL|'[^']*')(?:::\w+)?(?:\s+AS\s+\w+)?"
+CONSTANT_SELECT = re.compile(rf"^SELECT\s+{CONSTANT}(?:\s*,\s*{CONSTANT})*$", re.IGNORECASE)
+NEVER_SENT = re.compile(r"never sen(?:t|ds)\b|both dialects name", re.IGNORECASE)
+
+
+def stub(sql: str) -> bool:
+    body = code(sql).strip().rstrip(";").strip()
+    return bool(EMPTY_SELECT.match(body) or CONSTANT_SELECT.match(body) or NEVER_SENT.search(sql))
+
+
+def test_the_stub_check_finds_stubs() -> None:
+    assert stub("-- docs\nSELECT :levels WHERE 0")
+    assert stub("SELECT NULL::bigint AS id\nWHERE false;")
+    assert stub("SELECT 0 AS seen, 0 AS pages, NULL AS live")
+    assert stub("-- the store never sends this\nSELECT x FROM t")
+    assert not stub("UPDATE plunder_schema SET version = version WHERE 0")
+    assert not stub("SELECT statement_timestamp() AS now")
+    assert not stub("SELECT id FROM t WHERE a = 0")
+
+
+@pytest.mark.parametrize(
+    ("dialect", "name"), [(d, n) for d in DIALECTS for n in sorted(queries.load(d))]
+)
+def test_no_query_is_a_stub_kept_for_parity(dialect: str, name: str) -> None:
+    """An operation one dialect does not have is left out of its file, not stubbed."""
+    assert not stub(queries.load(dialect)[name])
 
 
 def test_parameter_extraction_ignores_casts_and_comments() -> None:
@@ -220,3 +253,17 @@ def test_compact_drops_comment_lines_indentation_and_blank_lines() -> None:
 def test_compact_drops_spaces_after_commas_outside_string_literals() -> None:
     sql = "SELECT a, b, 'x, y', 'it''s, so', f(c,  d)\nFROM t"
     assert queries.compact(sql) == "SELECT a,b,'x, y','it''s, so',f(c,d)\nFROM t"
+
+
+# Two operations both dialects share whose SQL one dialect writes alike: SQLite's
+# BEGIN IMMEDIATE already holds the lock PostgreSQL's schema_version_lock takes.
+SAME_SQL = {"sqlite": [["schema_version_get", "schema_version_lock"]], "postgres": []}
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_no_query_is_another_under_a_second_name(dialect: str) -> None:
+    """An alias (a query that is another one whole, included) is a stub too."""
+    by_code: dict[str, list[str]] = {}
+    for name, sql in queries.load(dialect).items():
+        by_code.setdefault(" ".join(code(sql).split()), []).append(name)
+    assert [names for names in by_code.values() if len(names) > 1] == SAME_SQL[dialect]

@@ -9,6 +9,46 @@ import re
 from functools import cache
 from importlib import resources
 
+# The operations only one dialect has: its own strategy, kept in its own file and driver.
+# Every other name is in both files (tests/unit/test_queries.py checks), never stubbed.
+DIALECT_ONLY: dict[str, frozenset[str]] = {
+    "sqlite": frozenset(
+        {
+            "write_lock",  # a caller's deferred transaction takes the database's write lock
+            "job_id_next",  # writers take turns, so an enqueue numbers its jobs itself
+            # no LATERAL join: the claim and the next-due reading walk a queue's levels
+            "job_claim_level",
+            "job_claim_walk",
+            "job_claim_rest",
+            "job_next_due_level",
+            "job_next_due_rest",
+        }
+    ),
+    "postgres": frozenset(
+        {
+            "settings_set",  # per-transaction timeouts behind a transaction pooler
+            # NOTIFY and its listeners (Store.notifies)
+            "notify",
+            "listener_set",
+            "listener_drop",
+            "job_insert_notify",
+            "job_insert_mixed_notify",
+            "job_complete_notify",
+            # one statement where SQLite runs a loop or a transaction of several
+            "job_exchange",
+            "job_next_due",
+            "job_claim_levels",  # fragments of those statements, never sent alone
+            "job_claim_steps",
+            "job_complete_update",
+            # cached generic plans, made for the table's statistics of the moment
+            "plans_by_index",
+            "plans_reset",
+            "job_table_pages",
+            "job_table_analyze",
+        }
+    ),
+}
+
 _NAME = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _INCLUDE = re.compile(r"/\* include: ([a-z_][a-z0-9_]*) \*/")
 

@@ -653,6 +653,11 @@ class SqliteStore(SQLStore):
     def calls_cut(self, reason: str) -> int:
         return 0  # nothing to cut: no network between this process and the file
 
+    def job_stats_refresh(self) -> bool:
+        # nothing to refresh: SQLite plans a statement as it prepares it, by the statistics
+        # of the moment, and caches no plan made for a table that has grown since
+        return False
+
     def close(self) -> None:
         with self._lock:
             connections, self._all = self._all, []

@@ -1,5 +1,6 @@
--- plunder's runtime SQL for PostgreSQL. Every name here also exists in ../sqlite/queries.sql,
--- with the same parameters and the same result columns.
+-- plunder's runtime SQL for PostgreSQL. An operation SQLite has too carries the same name in
+-- ../sqlite/queries.sql, with the same parameters and the same result columns; the names
+-- only this dialect has are declared in plunder.store.queries.DIALECT_ONLY.
 --
 -- %(now)s is NULL in production and a timestamp in tests; NULL means the database clock.
 -- statement_timestamp(), not now(): now() is frozen at transaction start.
@@ -17,11 +18,6 @@ SELECT statement_timestamp() AS now;
 SELECT set_config('statement_timeout', %(statement_timeout)s, true),
        set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true),
        set_config('jit', 'off', true);
-
--- name: write_lock
--- PostgreSQL locks rows, not the database: the store never sends this; it exists so that
--- both dialects name the same operations (SQLite takes its write lock with it).
-SELECT 1 WHERE false;
 
 -- name: schema_table_exists
 SELECT count(*) AS n FROM pg_catalog.pg_tables
@@ -131,12 +127,6 @@ woken AS (
 )
 SELECT inserted.* FROM inserted LEFT JOIN woken ON true;
 
--- name: job_id_next
--- A sequence numbers PostgreSQL's jobs as they are inserted, with writers in parallel: the
--- store never runs this; it exists so that both dialects name the same operations (SQLite
--- numbers a batch itself, see its job_insert).
-SELECT NULL::bigint AS id WHERE false;
-
 -- name: job_get_active_by_keys
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
@@ -152,20 +142,6 @@ SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, t
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
        retry_on_lost, expires_at
 FROM plunder_jobs WHERE id = %(job_id)s;
-
--- name: job_claim_level
--- SQLite only (it has no LATERAL join): the store never runs this on PostgreSQL, whose
--- job_claim_many walks the priority levels itself; it exists so that both dialects name
--- the same operations.
-SELECT NULL::integer AS priority WHERE false;
-
--- name: job_claim_walk
--- SQLite only, as job_claim_level.
-SELECT NULL::bigint AS id WHERE false;
-
--- name: job_claim_rest
--- SQLite only, as job_claim_level.
-SELECT NULL::bigint AS id WHERE false;
 
 -- name: job_claim_many
 -- Claim up to %(limit)s pending jobs, best first, for a live session; rows another claimer
@@ -923,14 +899,6 @@ CROSS JOIN LATERAL (
       ON j.status = 'pending' AND j.queue = q.name AND j.priority < b.below
          AND j.task = ANY(%(tasks)s::text[]) AND (j.expires_at > clock.now) IS NOT FALSE
 ) AS d;
-
--- name: job_next_due_level
--- SQLite only (it has no LATERAL join), as job_claim_level.
-SELECT NULL::timestamptz AS run_at WHERE false;
-
--- name: job_next_due_rest
--- SQLite only, as job_claim_level.
-SELECT NULL::timestamptz AS run_at WHERE false;
 
 -- name: job_table_pages
 -- How many pages plunder_jobs has now (`pages`) and had when its statistics were last

@@ -1,5 +1,6 @@
--- plunder's runtime SQL for SQLite. Every name here also exists in ../postgres/queries.sql,
--- with the same parameters and the same result columns.
+-- plunder's runtime SQL for SQLite. An operation PostgreSQL has too carries the same name in
+-- ../postgres/queries.sql, with the same parameters and the same result columns; the names
+-- only this dialect has are declared in plunder.store.queries.DIALECT_ONLY.
 --
 -- :now is always a number here: the store reads the clock once per transaction (clock_now)
 -- and passes it to every statement, so one transaction sees one instant.
@@ -9,11 +10,6 @@
 
 -- name: clock_now
 SELECT (julianday('now') - 2440587.5) * 86400.0 AS now;
-
--- name: settings_set
--- SQLite has no statement timeouts (busy_timeout bounds its waits); the store never
--- sends this; it exists so that both dialects name the same operations.
-SELECT :statement_timeout, :idle_timeout WHERE 0;
 
 -- name: write_lock
 -- A write that changes nothing: in a deferred transaction (a caller's own, see
@@ -64,11 +60,6 @@ WHERE true
 ORDER BY v.column1
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING;
 
--- name: job_insert_notify
--- SQLite has no NOTIFY (see notify): job_insert as it is, never sent; it exists so that
--- both dialects name the same operations.
-/* include: job_insert */;
-
 -- name: job_insert_mixed
 -- batch. job_insert for jobs that do not share their options: each row brings its own.
 INSERT INTO plunder_jobs (
@@ -85,10 +76,6 @@ FROM (VALUES (:seq, :queue, :task, :args, :kwargs, :priority, :max_attempts, :ti
 WHERE true
 ORDER BY v.column1
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING;
-
--- name: job_insert_mixed_notify
--- As job_insert_notify.
-/* include: job_insert_mixed */;
 
 -- name: job_id_next
 -- The id of the next job: one above AUTOINCREMENT's high-water mark (so no id is used twice,
@@ -178,33 +165,6 @@ WHERE j.status = 'pending'
 ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT :limit;
 
--- name: job_claim_levels
--- PostgreSQL's priority levels of one queue (a fragment of its job_claim_steps and
--- job_next_due); the store never sends this; it exists so that both dialects name the
--- same operations.
-SELECT :levels WHERE 0;
-
--- name: job_claim_steps
--- PostgreSQL's claim steps (a fragment of its job_claim_many and job_exchange); the store
--- never sends this; it exists so that both dialects name the same operations.
-SELECT :levels, :limit, :queues, :session_id, :suspect_losses, :take_suspect, :tasks WHERE 0;
-
--- name: job_exchange
--- PostgreSQL's turn in one statement; SQLite makes a turn one transaction of its
--- statements (under the write lock, nothing to save in round trips). The store never sends
--- this; it exists so that both dialects name the same operations.
-SELECT :attempt, :claim_session, :job_id, :levels, :limit, :logs, :now, :queues, :result, :session_id, :suspect_losses, :take_suspect, :tasks WHERE 0;
-
--- name: plans_by_index
--- PostgreSQL's planner setting for the first run of a statement a worker repeats (SQLite
--- plans each statement as it prepares it, with the statistics of the moment). The store
--- never sends this; it exists so that both dialects name the same operations.
-SELECT 0 WHERE 0;
-
--- name: plans_reset
--- As plans_by_index: never sent.
-SELECT 0 WHERE 0;
-
 -- name: job_claim_many
 -- Claim the pending jobs :ids (chosen by job_claim_walk in this transaction, under the
 -- write lock) for a live session; never one past its start-by deadline, even one the
@@ -288,15 +248,6 @@ FROM (VALUES (:job_id, :attempt, :claim_session, :result, :logs)) AS b
 WHERE plunder_jobs.id = b.column1 AND +plunder_jobs.attempt = b.column2
   AND +plunder_jobs.session_id = b.column3 AND +plunder_jobs.status = 'running'
   AND EXISTS (SELECT 1 FROM plunder_sessions AS s WHERE s.id = b.column3 AND s.expires_at > :now);
-
--- name: job_complete_update
--- PostgreSQL's UPDATE of job_complete (a fragment of its job_complete and job_exchange);
--- the store never sends this; it exists so that both dialects name the same operations.
-SELECT :attempt, :claim_session, :job_id, :logs, :result WHERE 0;
-
--- name: job_complete_notify
--- As job_insert_notify: job_complete as it is, never sent.
-/* include: job_complete */;
 
 -- name: job_fail
 -- batch. Fenced like job_complete. Retried (back to pending after :delay seconds) when
@@ -624,26 +575,6 @@ SELECT queue, :now - min(run_at) AS age FROM plunder_jobs
 WHERE status = 'pending' AND run_at <= :now
 GROUP BY queue;
 
--- name: notify
--- SQLite has no NOTIFY: other processes notice commits through PRAGMA data_version, so the
--- store never sends this; it exists so that both dialects name the same operations.
-SELECT :channel AS channel, :payload AS payload WHERE 0;
-
--- name: listener_set
--- SQLite only names it, as notify: its waiters watch data_version, not channels.
-SELECT :id AS id, :channels AS channels, :ttl AS ttl WHERE 0;
-
--- name: listener_drop
--- SQLite only names it, as notify.
-SELECT :id AS id WHERE 0;
-
--- name: job_next_due
--- PostgreSQL's reading of when the next job is due, in one statement; SQLite reads it with
--- a loop of job_claim_level, job_next_due_level and job_next_due_rest (see
--- SqliteStore._next_due). The store never sends this; it exists so that both dialects
--- name the same operations.
-SELECT :levels, :now, :queues, :tasks WHERE 0;
-
 -- name: job_next_due_level
 -- The earliest run_at of a pending job of one of :tasks in one queue and priority level,
 -- not past its start-by deadline: one probe of plunder_jobs_claim, which holds a level's
@@ -667,13 +598,3 @@ WHERE j.status = 'pending'
   AND j.priority < :below
   AND j.task IN (SELECT value FROM json_each(:tasks))
   AND (j.expires_at IS NULL OR j.expires_at > :now);
-
--- name: job_table_pages
--- PostgreSQL's check on the size its cached plans were made for. SQLite plans a statement
--- when it prepares it, with the statistics of the moment and an index wherever one serves:
--- the table never looks as if it had grown.
-SELECT 0 AS seen, 0 AS pages, 0 AS counted, 0 AS live;
-
--- name: job_table_analyze
--- As job_table_pages: never sent.
-SELECT 0 WHERE 0;

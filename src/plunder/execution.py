@@ -3,8 +3,12 @@ def`` functions on the worker's event-loop thread, and ``pool="process"`` functi
 child process that can be terminated. Each runner reports one outcome per job to the
 worker's outcome queue and can be told to stop a job.
 
-A thread cannot be killed: stopping a thread task sets ``ctx.cancelled`` and the worker
-stops waiting for it (its result would be refused anyway).
+A thread cannot be killed: a plain-function task stops cooperatively. Stopping it sets
+``ctx.cancelled`` (and wakes ``ctx.wait_cancelled``); its job's outcome is written at once,
+but its slot stays taken until the function returns (see plunder.stopping). An ``async
+def`` task is cancelled (``CancelledError`` at its next ``await``), and a process-pool
+task's child is terminated; each holds its slot until its coroutine ended or its child is
+dead. Every runner reports one outcome per job, when the job has really ended.
 
 A process-pool task talks to its worker over one pipe::
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+import functools
 import gc
 import importlib
 import logging
@@ -137,6 +142,24 @@ def failure_of(handle: Handle, outcome: Outcome) -> Failure:
     return failure(handle, info, delay if retry else None)
 
 
+def after_acknowledged(handle: Handle, outcome: Outcome) -> None:
+    """The task's own transaction acknowledged it with its result: an error raised after
+    that, or a return value other than that result, cannot change the job (it committed).
+    Either is refused and logged as an error naming the job."""
+    if not outcome.ok:
+        worker_log.error(
+            "job %d (%s) raised after its transaction acknowledged it; the job keeps "
+            "its committed result: %r",
+            handle.job.id,
+            handle.job.task,
+            outcome.error,
+        )
+        return
+    refused = handle.ctx.refused_return(outcome.result)
+    if refused is not None:
+        worker_log.error("%s (task %s)", refused, handle.job.task)
+
+
 _fits: dict[tuple[Any, ...], str | None] = {}  # (function, shape of the call) -> why not
 
 
@@ -204,7 +227,8 @@ class ThreadRunner:
     one): a called thread takes a job, and if more are waiting it calls the next thread
     before it runs its own. So every queued job soon has a thread of its own, however long
     the jobs before it take — a thread stuck in a task that ignores cancellation never
-    takes a slot away from the jobs after it — but a thread that finishes a short job
+    holds up a job queued after it (how many run at once is the worker's slots' to bound:
+    a stopped job keeps its slot until its thread returns) — but a thread that finishes a short job
     takes the next one itself, and a hundred short jobs run on a few threads instead of
     waking a hundred (each wake-up is a thread switch and a turn at the GIL). Threads idle
     for IDLE_SECONDS exit."""
@@ -300,6 +324,10 @@ class ThreadRunner:
             counted = True
 
     def _run(self, handle: Handle) -> None:
+        if handle.ctx.cancelled:  # stopped while it waited for a thread: never started
+            stopped = RuntimeError(f"stopped before it started: {handle.ctx.cancel_reason}")
+            self.outcomes.put(Outcome(handle.job, False, error=stopped))
+            return
         try:
             args, kwargs = call_arguments(handle.task, handle.job, handle.ctx)
             result = handle.task.fn(*args, **kwargs)
@@ -309,6 +337,8 @@ class ThreadRunner:
         self.outcomes.put(Outcome(handle.job, True, result=result))
 
     def stop(self, handle: Handle, reason: str) -> None:
+        """Ask the task to stop (``ctx.cancelled``): a thread cannot be killed, so it
+        runs until it looks, and its outcome comes when it returns."""
         handle.ctx.cancel(reason)
 
 
@@ -368,16 +398,23 @@ class AsyncRunner:
         loop = asyncio.get_running_loop()
         for handle in handles:
             task = handle.future = loop.create_task(self._run(handle))
+            task.add_done_callback(functools.partial(self._cancelled, handle.job))
             if handle.ctx.cancelled:  # stopped from another thread before its task existed
                 task.cancel()
+
+    def _cancelled(self, job: JobRecord, task: asyncio.Task[Any]) -> None:
+        """A task's outcome if it ended cancelled, even before its coroutine began (then
+        no ``except`` in it ran); a coroutine that swallows the cancellation and goes on
+        reports its outcome when it returns."""
+        if task.cancelled():
+            self.outcomes.put(Outcome(job, False, error=asyncio.CancelledError()))
 
     async def _run(self, handle: Handle) -> None:
         try:
             args, kwargs = call_arguments(handle.task, handle.job, handle.ctx)
             result = await handle.task.fn(*args, **kwargs)
-        except asyncio.CancelledError as exc:
-            self.outcomes.put(Outcome(handle.job, False, error=exc))
-            raise
+        except asyncio.CancelledError:
+            raise  # reported by _cancelled, once the task is done
         except BaseException as exc:
             self.outcomes.put(Outcome(handle.job, False, error=exc))
             return

@@ -237,3 +237,17 @@ def flaky_quiet(ctx: plunder.Context, n: int) -> int:
         ctx.flush()
         raise RuntimeError("the first attempt fails")
     return n
+
+
+@app.task(name="stubborn", retries=0)
+def stubborn(seconds: float, out: str) -> None:
+    """Ignores cancellation: sleeps ``seconds`` whatever happens, then writes the time it
+    returned (wall clock) to ``out``."""
+    time.sleep(seconds)
+    Path(out).write_text(repr(time.time()))
+
+
+@app.task(name="started_at", retries=0)
+def started_at(out: str) -> None:
+    """Writes the time it started (wall clock) to ``out``."""
+    Path(out).write_text(repr(time.time()))

@@ -233,7 +233,7 @@ def interval_options(fn: F) -> F:
     "--pool",
     type=click.Choice(["thread", "process"]),
     default=None,
-    help="Run plain-function tasks in threads (default) or child processes.",
+    help="Run plain-function tasks in threads (default) or a warm pool of child processes.",
 )
 @click.option(
     "--grace",

@@ -13,8 +13,8 @@ one that runs on.
 A thread cannot be killed: a plain-function task stops when it looks at ``ctx.cancelled``
 or ``ctx.wait_cancelled``. One still running STOP_GRACE seconds after its stop is reported
 in the worker log, once, with a WARNING naming the job (its run was written as it was
-stopped, so the report goes to the log only); a process-pool child still alive then is
-killed.
+stopped, so the report goes to the log only). A process-pool child is killed at once (see
+plunder.pool): its slot frees when it is dead.
 """
 
 from __future__ import annotations
@@ -75,8 +75,7 @@ class Stopping:
         return True
 
     def overdue(self, now: float | None = None) -> None:
-        """Report, once each, the stopped jobs still running past the grace period; a
-        process-pool child among them is killed (its slot frees once it is dead)."""
+        """Report, once each, the stopped jobs still running past the grace period."""
         at = time.monotonic() if now is None else now
         for stopped in self._stopped.values():
             if stopped.reported or at - stopped.since < self.grace:
@@ -92,8 +91,6 @@ class Stopping:
                 at - stopped.since,
                 handle.ctx.cancel_reason or "stopped",
             )
-            if handle.process is not None and handle.process.is_alive():
-                handle.process.kill()
 
     def next_due(self) -> float | None:
         """The monotonic time of the next report, if any is still to come."""

@@ -45,7 +45,6 @@ from plunder.execution import (
     AsyncRunner,
     Handle,
     Outcome,
-    ProcessRunner,
     SuspectSlot,
     ThreadRunner,
     after_acknowledged,
@@ -65,6 +64,7 @@ from plunder.model import (
     Session,
     build_completion,
 )
+from plunder.pool import ProcessRunner
 from plunder.states import Outcome as RunOutcome
 from plunder.stopping import Stopping
 from plunder.store import Store
@@ -146,7 +146,7 @@ class Worker(TurnsAhead):
         self._outcomes: queue.SimpleQueue[Outcome | _Stop] = queue.SimpleQueue()
         self._threads = ThreadRunner(self._outcomes)
         self._async = AsyncRunner(self._outcomes)
-        self._processes = ProcessRunner(self._outcomes)
+        self._processes = ProcessRunner(self._outcomes, size=self.options.concurrency)
         self._running: dict[int, Handle] = {}
         self._stopping = Stopping()  # stopped, not returned yet: each holds its slot
         self._deadlines: dict[int, float] = {}
@@ -749,6 +749,7 @@ class Worker(TurnsAhead):
         for handle in left:
             self._stop_job(handle, "the worker is shutting down")
         self._async.close()
+        self._processes.close()
         self._deadlines.clear()
         self._suspects_running = 0
         self._suspects.keep(self, False)

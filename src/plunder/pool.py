@@ -191,6 +191,8 @@ class ProcessRunner:
             child.jobs.send(spec)
         except (OSError, ValueError):  # it died meanwhile: its watcher reports the job
             log.warning("job %d: its pool child died as it was handed the job", handle.job.id)
+        if handle.ctx.cancelled:  # stopped before it had a child: stop() found none to kill
+            self.stop(handle, handle.ctx.cancel_reason or "stopped")
 
     def _idle_child(self, handle: Handle) -> _Child:
         """An idle child, given ``handle``'s job, or a new one if none is idle."""

@@ -22,6 +22,7 @@ Scenarios:
   5 kill-to-rescue: SIGKILL a worker holding jobs, time until they run elsewhere
   6 drain 10,000 jobs (one worker) on top of 10,000 and of 1,000,000 jobs it must skip
   7 SQLite systems: enqueue N, drain N with one and with four worker processes
+  8 1,000 no-op jobs through one worker with -c 8: tasks on threads vs its warm process pool
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ MEASUREMENTS: dict[str, tuple[str, dict[str, Any]]] = {
     "rescue": ("rescue", {}),
     "depth_small": ("depth", {"deep": "small"}),
     "depth_large": ("depth", {"deep": "large"}),
+    "pool": ("pool", {}),
 }
 PG_SCENARIOS = {
     "1": ["enqueue"],
@@ -86,6 +88,7 @@ class System:
     extra: tuple[tuple[str, Any], ...] = ()  # added to each run's Params.extra
 
 
+POOL_SCENARIO = {"8": ["pool"]}  # pool_jobs no-op jobs, -c 8: threads vs the warm pool
 LANES = "-c 300 --lanes 2"
 PARALLEL = "-c 200 --parallel-acks"
 SERIAL = "-c 100 --no-turns-ahead"
@@ -96,10 +99,19 @@ SYSTEMS = {
             "plunder_pg",
             "pg",
             False,
-            PG_SCENARIOS,
+            PG_SCENARIOS | POOL_SCENARIO,
             "production defaults (fencing, run history, wake-ups, session expiry 5 s, "
             "janitor 1 s); worker `-c 300` (turns sent ahead, each claiming up to 100, a "
-            "third of the slots)",
+            "third of the slots); scenario 8 with `-c 8`, tasks on threads",
+        ),
+        System(
+            "plunder_pg_process",
+            "pg",
+            False,
+            POOL_SCENARIO,
+            "as plunder_pg's scenario 8, with `--pool process`: the no-op task in the "
+            "worker's warm pool of 8 child processes (warmed before the clock starts)",
+            extra=(("worker_args", ["--pool", "process"]),),
         ),
         System(
             "plunder_pg_serial",
@@ -199,6 +211,7 @@ class Sizes:
     hold_jobs: int = 4
     rescue_cap: float = 90.0
     timeout: float = 900.0
+    pool_jobs: int = 1_000
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -210,6 +223,7 @@ class Sizes:
             deep_large=2_000,
             rescue_cap=30.0,
             timeout=120.0,
+            pool_jobs=100,
         )
 
 
@@ -347,6 +361,8 @@ def params_for(options: Options, measurement: str, url: str, workdir: Path) -> P
     )
     if "workers" in overrides:
         p.workers = overrides["workers"]
+    if measurement == "pool":
+        p.jobs = sizes.pool_jobs
     if "deep" in overrides:
         p.jobs = sizes.depth_jobs
         p.deep = sizes.deep_small if overrides["deep"] == "small" else sizes.deep_large
@@ -418,6 +434,7 @@ COLUMNS = [
     ("rescue", "kill→rescue (s)"),
     ("depth_small", "drain on small depth (jobs/s)"),
     ("depth_large", "drain on large depth (jobs/s)"),
+    ("pool", "1,000 no-ops, -c 8 (jobs/s)"),
 ]
 
 

@@ -279,7 +279,53 @@ def rescue(p: Params) -> dict[str, Any]:
     return {"seconds": _epoch(restarted) - killed, "jobs": len(ids)}  # type: ignore[operator]
 
 
+POOL_CONCURRENCY = 8  # a process each in the warm pool: about what a 2-core machine holds
+
+
+def pool(p: Params) -> dict[str, Any]:
+    """``jobs`` no-op jobs through one worker with ``-c 8``: its plain-function tasks on
+    threads, or (``--pool process`` in its worker_args) in its warm process pool. A first
+    round of jobs warms the pool (its children spawned, the app imported) before the
+    clock starts, as a long-running worker's would be."""
+    app = _app(p.url)
+    noop = app.registry.get("bench.noop")
+    probe = Probe(p.url)
+    marks = {"low": 0}
+
+    def start() -> list[Any]:
+        procs = _workers(p, 1, concurrency=POOL_CONCURRENCY)
+        wait_idle(procs, check=lambda: _sessions(app, 1))
+        for job in noop.enqueue_many([(i,) for i in range(4 * POOL_CONCURRENCY)]):
+            job.result(timeout=120)
+        marks["low"] = probe.scalar("SELECT coalesce(max(id), 0) FROM plunder_jobs")
+        return procs
+
+    calls = [(i,) for i in range(p.jobs)]
+    try:
+        return gated_drain(
+            start,
+            lambda: noop.enqueue_many(calls),
+            lambda: probe.scalar(
+                "SELECT count(*) FROM plunder_jobs WHERE id > %s "
+                "AND status IN ('pending', 'running')",
+                marks["low"],
+            ),
+            jobs=p.jobs,
+            timeout=p.timeout,
+            last_finish=lambda: _epoch(
+                probe.scalar(
+                    "SELECT max(finished_at) FROM plunder_jobs WHERE id > %s", marks["low"]
+                )
+            ),
+            unlocked=probe.unlocked,
+        ) | {"concurrency": POOL_CONCURRENCY}
+    finally:
+        probe.close()
+        app.close()
+
+
 SCENARIOS = {
+    "pool": pool,
     "enqueue": enqueue,
     "drain": drain,
     "latency": latency,

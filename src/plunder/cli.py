@@ -233,7 +233,7 @@ def interval_options(fn: F) -> F:
     "--pool",
     type=click.Choice(["thread", "process"]),
     default=None,
-    help="Run plain-function tasks in threads (default) or child processes.",
+    help="Run plain-function tasks in threads (default) or a warm pool of child processes.",
 )
 @click.option(
     "--grace",
@@ -661,7 +661,7 @@ def demo(state: State, workers: int, job_count: int, as_json: bool) -> None:
 @click.option("--quick", is_flag=True, help="Tiny sizes: checks that it works, measures nothing.")
 @click.option("--repeat", type=click.IntRange(1, 100), default=3, show_default=True)
 @click.option("--systems", default=None, help="Comma-separated systems (default: all).")
-@click.option("--scenarios", default=None, help="Comma-separated scenario numbers 1-7.")
+@click.option("--scenarios", default=None, help="Comma-separated scenario numbers 1-8.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def bench(
     quick: bool, repeat: int, systems: str | None, scenarios: str | None, json_path: str | None

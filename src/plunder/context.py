@@ -100,8 +100,10 @@ class Context(JobIdentity):
     # -- cancellation ---------------------------------------------------------------------
     @property
     def cancelled(self) -> bool:
-        """True once the job was cancelled, timed out, or its claim was lost; a long task
-        should check it and return early. Its result would be refused anyway."""
+        """True once the job was cancelled, timed out, or its claim was lost. A plain
+        function task stops only when it looks (a thread cannot be killed): a long one
+        should check this, or sleep in ``wait_cancelled``, and return early. Its result
+        would be refused anyway, and its worker slot stays taken until it returns."""
         return self._cancelled
 
     def cancel(self, reason: str) -> None:
@@ -115,7 +117,8 @@ class Context(JobIdentity):
             event.set()
 
     def wait_cancelled(self, timeout: float | None = None) -> bool:
-        """Sleep up to ``timeout`` seconds, waking early if the task is cancelled."""
+        """Sleep up to ``timeout`` seconds, waking early if the task is cancelled (True
+        then): the way a plain function task waits and still stops when told."""
         with self._lock:
             if self._cancel_event is None:
                 self._cancel_event = threading.Event()

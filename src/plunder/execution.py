@@ -3,36 +3,31 @@ def`` functions on the worker's event-loop thread, and ``pool="process"`` functi
 child process that can be terminated. Each runner reports one outcome per job to the
 worker's outcome queue and can be told to stop a job.
 
-A thread cannot be killed: stopping a thread task sets ``ctx.cancelled`` and the worker
-stops waiting for it (its result would be refused anyway).
+A thread cannot be killed: a plain-function task stops cooperatively. Stopping it sets
+``ctx.cancelled`` (and wakes ``ctx.wait_cancelled``); its job's outcome is written at once,
+but its slot stays taken until the function returns (see plunder.stopping). An ``async
+def`` task is cancelled (``CancelledError`` at its next ``await``), and a process-pool
+task's child is terminated; each holds its slot until its coroutine ended or its child is
+dead. Every runner reports one outcome per job, when the job has really ended.
 
-A process-pool task talks to its worker over one pipe::
-
-    child                                   worker (a watcher thread per job)
-      ctx.stream / ctx.progress ──("event", kind, json)──▶ ctx buffer ─▶ fenced flush
-      ctx.logger                ──("log", line)─────────▶ the run's log lines
-      return / raise            ──("ok", json) | ("error", info)──▶ outcome queue
-      (dies)                    ── EOF ─────────────────▶ outcome: plunder.ProcessDied
+The process pool's runner is in plunder.pool.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import enum
+import functools
 import gc
-import importlib
 import logging
-import multiprocessing
-import multiprocessing.connection
 import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from plunder import errors, payload, policy
-from plunder.context import LOG_FORMAT, Context, JobIdentity
+from plunder import errors, policy
+from plunder.context import Context
 from plunder.model import ErrorInfo, Failure, JobRecord
 from plunder.states import Outcome as RunOutcome
 from plunder.task import Task
@@ -81,9 +76,6 @@ class Handle:
     task: Task
     ctx: Context
     future: asyncio.Task[Any] | None = None  # an async task's, on the runner's loop
-    process: Any = None
-    thread: threading.Thread | None = None
-    cancelled: Any = None  # a process-pool task's: the event its child watches
 
     def flush_stream(self) -> None:
         """Write the stream events and progress its task buffered (fenced by its claim);
@@ -135,6 +127,24 @@ def failure_of(handle: Handle, outcome: Outcome) -> Failure:
         info.message,
     )
     return failure(handle, info, delay if retry else None)
+
+
+def after_acknowledged(handle: Handle, outcome: Outcome) -> None:
+    """The task's own transaction acknowledged it with its result: an error raised after
+    that, or a return value other than that result, cannot change the job (it committed).
+    Either is refused and logged as an error naming the job."""
+    if not outcome.ok:
+        worker_log.error(
+            "job %d (%s) raised after its transaction acknowledged it; the job keeps "
+            "its committed result: %r",
+            handle.job.id,
+            handle.job.task,
+            outcome.error,
+        )
+        return
+    refused = handle.ctx.refused_return(outcome.result)
+    if refused is not None:
+        worker_log.error("%s (task %s)", refused, handle.job.task)
 
 
 _fits: dict[tuple[Any, ...], str | None] = {}  # (function, shape of the call) -> why not
@@ -204,7 +214,8 @@ class ThreadRunner:
     one): a called thread takes a job, and if more are waiting it calls the next thread
     before it runs its own. So every queued job soon has a thread of its own, however long
     the jobs before it take — a thread stuck in a task that ignores cancellation never
-    takes a slot away from the jobs after it — but a thread that finishes a short job
+    holds up a job queued after it (how many run at once is the worker's slots' to bound:
+    a stopped job keeps its slot until its thread returns) — but a thread that finishes a short job
     takes the next one itself, and a hundred short jobs run on a few threads instead of
     waking a hundred (each wake-up is a thread switch and a turn at the GIL). Threads idle
     for IDLE_SECONDS exit."""
@@ -300,6 +311,10 @@ class ThreadRunner:
             counted = True
 
     def _run(self, handle: Handle) -> None:
+        if handle.ctx.cancelled:  # stopped while it waited for a thread: never started
+            stopped = RuntimeError(f"stopped before it started: {handle.ctx.cancel_reason}")
+            self.outcomes.put(Outcome(handle.job, False, error=stopped))
+            return
         try:
             args, kwargs = call_arguments(handle.task, handle.job, handle.ctx)
             result = handle.task.fn(*args, **kwargs)
@@ -309,6 +324,8 @@ class ThreadRunner:
         self.outcomes.put(Outcome(handle.job, True, result=result))
 
     def stop(self, handle: Handle, reason: str) -> None:
+        """Ask the task to stop (``ctx.cancelled``): a thread cannot be killed, so it
+        runs until it looks, and its outcome comes when it returns."""
         handle.ctx.cancel(reason)
 
 
@@ -368,16 +385,23 @@ class AsyncRunner:
         loop = asyncio.get_running_loop()
         for handle in handles:
             task = handle.future = loop.create_task(self._run(handle))
+            task.add_done_callback(functools.partial(self._cancelled, handle.job))
             if handle.ctx.cancelled:  # stopped from another thread before its task existed
                 task.cancel()
+
+    def _cancelled(self, job: JobRecord, task: asyncio.Task[Any]) -> None:
+        """A task's outcome if it ended cancelled, even before its coroutine began (then
+        no ``except`` in it ran); a coroutine that swallows the cancellation and goes on
+        reports its outcome when it returns."""
+        if task.cancelled():
+            self.outcomes.put(Outcome(job, False, error=asyncio.CancelledError()))
 
     async def _run(self, handle: Handle) -> None:
         try:
             args, kwargs = call_arguments(handle.task, handle.job, handle.ctx)
             result = await handle.task.fn(*args, **kwargs)
-        except asyncio.CancelledError as exc:
-            self.outcomes.put(Outcome(handle.job, False, error=exc))
-            raise
+        except asyncio.CancelledError:
+            raise  # reported by _cancelled, once the task is done
         except BaseException as exc:
             self.outcomes.put(Outcome(handle.job, False, error=exc))
             return
@@ -405,182 +429,3 @@ class AsyncRunner:
             self._loop.call_soon_threadsafe(self._loop.stop)
             if self._thread is not None:
                 self._thread.join(timeout=5)
-
-
-class _Slot(enum.Enum):
-    """Where a process task's context goes among its arguments. An enum member pickles by
-    name, so the child finds the very same marker and puts its own context there."""
-
-    CONTEXT = "context"
-
-
-class _PipeLines(logging.Handler):
-    def __init__(self, ctx: ChildContext) -> None:
-        super().__init__(logging.DEBUG)
-        self.ctx = ctx
-        self.setFormatter(logging.Formatter(LOG_FORMAT))
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.ctx.send(("log", self.format(record)))
-
-
-class ChildContext(JobIdentity):
-    """The context of a process-pool task, inside its child process. Stream chunks,
-    progress and log lines go over the pipe as they happen; the worker buffers them and
-    writes them, fenced, as it does for any task. ``cancelled`` is set just before the
-    worker terminates the child. The child holds no connection of plunder's, so
-    ``transaction()`` is refused."""
-
-    def __init__(
-        self, job: JobRecord, conn: multiprocessing.connection.Connection, cancelled: Any
-    ) -> None:
-        self.job = job
-        self.claim = job.claim
-        self._conn = conn
-        self._cancelled = cancelled  # a multiprocessing Event the worker sets
-        self._send_lock = threading.Lock()  # the task's own threads may stream too
-        self._logger: logging.Logger | None = None
-
-    @property
-    def cancelled(self) -> bool:
-        return bool(self._cancelled.is_set())
-
-    def wait_cancelled(self, timeout: float | None = None) -> bool:
-        return bool(self._cancelled.wait(timeout))
-
-    @property
-    def logger(self) -> logging.Logger:
-        if self._logger is None:
-            logger = logging.Logger(f"plunder.task.{self.job.task}", logging.DEBUG)
-            logger.addHandler(_PipeLines(self))
-            self._logger = logger
-        return self._logger
-
-    def stream(self, data: Any) -> None:
-        self.send(("event", "chunk", payload.encode(data, what="stream data")))
-
-    def progress(self, current: float, total: float | None = None) -> None:
-        text = payload.encode({"current": current, "total": total}, what="progress")
-        self.send(("event", "progress", text))
-
-    def flush(self) -> None:
-        """Nothing to do: every event is already on its way to the worker."""
-
-    def transaction(self, *, result: Any = None) -> Any:
-        raise errors.PlunderError(
-            f"job {self.job_id}: a process-pool task cannot write in its acknowledgement's "
-            "transaction (its process holds no connection of plunder's); run it on a thread"
-        )
-
-    def send(self, message: tuple[Any, ...]) -> None:
-        with self._send_lock:
-            self._conn.send(message)
-
-
-@dataclass(frozen=True)
-class _ChildJob:
-    """What a process-pool child needs: where its function lives, its arguments (with
-    ``_Slot.CONTEXT`` where the context goes) and the job."""
-
-    module: str
-    attribute: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    job: JobRecord
-
-
-def _child(spec: _ChildJob, conn: multiprocessing.connection.Connection, cancelled: Any) -> None:
-    """Entry point of a process-pool child: import the task by name and run it."""
-    ctx = ChildContext(spec.job, conn, cancelled)
-    try:
-        target: Any = importlib.import_module(spec.module)
-        for part in spec.attribute.split("."):
-            target = getattr(target, part)
-        function = getattr(target, "fn", target)
-        args = [ctx if a is _Slot.CONTEXT else a for a in spec.args]
-        kwargs = {k: ctx if v is _Slot.CONTEXT else v for k, v in spec.kwargs.items()}
-        ctx.send(("ok", payload.encode(function(*args, **kwargs), what="result")))
-    except BaseException as exc:
-        ctx.send(("error", ErrorInfo.from_exception(exc).as_dict()))
-    finally:
-        conn.close()
-
-
-class ProcessRunner:
-    """A fresh child process (spawned, so it inherits no connections or threads) per job;
-    stopping a job terminates its process."""
-
-    def __init__(self, outcomes: queue.SimpleQueue[Any]) -> None:
-        self.outcomes = outcomes
-        self._mp = multiprocessing.get_context("spawn")
-
-    def start(self, handle: Handle) -> None:
-        fn = handle.task.fn
-        if fn.__module__ == "__main__":
-            raise TypeError(
-                f"process-pool task {handle.task.name} must live in an importable "
-                "module, not __main__"
-            )
-        args, kwargs = call_arguments(handle.task, handle.job, _Slot.CONTEXT)
-        receive, send = self._mp.Pipe(duplex=False)
-        cancelled = handle.cancelled = self._mp.Event()
-        spec = _ChildJob(fn.__module__, fn.__qualname__, args, kwargs, handle.job)
-        process = self._mp.Process(
-            target=_child,
-            args=(spec, send, cancelled),
-            name=f"plunder-job-{handle.job.id}",
-            daemon=True,
-        )
-        process.start()
-        send.close()
-        handle.process = process
-        watcher = threading.Thread(
-            target=self._watch,
-            args=(handle, receive, process),
-            name=f"plunder-watch-{handle.job.id}",
-            daemon=True,
-        )
-        watcher.start()
-
-    def _watch(
-        self, handle: Handle, receive: multiprocessing.connection.Connection, process: Any
-    ) -> None:
-        try:
-            kind, value = self._relay(handle, receive)
-        except (EOFError, OSError, ValueError):  # the child died, or sent something unreadable
-            process.join()
-            info = ErrorInfo(
-                "plunder.ProcessDied",
-                f"the task's process exited with code {process.exitcode} before returning a result",
-            )
-            self.outcomes.put(Outcome(handle.job, False, error_info=info))
-            return
-        finally:
-            receive.close()
-        process.join()
-        if kind == "ok":
-            self.outcomes.put(Outcome(handle.job, True, result=payload.decode(value)))
-        else:
-            self.outcomes.put(Outcome(handle.job, False, error_info=ErrorInfo.from_dict(value)))
-
-    @staticmethod
-    def _relay(handle: Handle, receive: multiprocessing.connection.Connection) -> tuple[str, Any]:
-        """Hand the child's stream events and log lines to the job's context until its
-        final message arrives; return that."""
-        while True:
-            message = receive.recv()
-            if message[0] == "event":
-                handle.ctx.add_encoded(message[1], message[2])
-            elif message[0] == "log":
-                handle.ctx.add_log_line(message[1])
-            elif message[0] in ("ok", "error"):
-                return message[0], message[1]
-            else:
-                raise ValueError(f"unknown message from a task's process: {message[0]!r}")
-
-    def stop(self, handle: Handle, reason: str) -> None:
-        handle.ctx.cancel(reason)
-        if handle.cancelled is not None:
-            handle.cancelled.set()
-        if handle.process is not None and handle.process.is_alive():
-            handle.process.terminate()

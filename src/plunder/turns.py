@@ -60,12 +60,12 @@ class _Worker(Protocol):
     _ack_batch: int
     _completions: list[Completion]
     _failures: list[Failure]
-    _running: dict[int, Handle]
     _outcomes: Any  # queue.SimpleQueue of outcomes
     _stop: threading.Event
     _session_lost: threading.Event
 
     def _in_flight(self) -> bool: ...
+    def _busy(self) -> int: ...
     def _send_turn(self, free: int, *, suspects: bool = True) -> bool: ...
     def _send_ahead(self) -> None: ...
     def _collect(self, *, block: bool, timeout: float = 0.0) -> None: ...
@@ -135,14 +135,14 @@ class TurnsAhead:
         full = share(slots, pipe)
         deadline = time.monotonic() + AHEAD_LINGER
         self._collect(block=False)
-        while slots - len(self._running) - pipe.claiming < full:
+        while slots - self._busy() - pipe.claiming < full:
             if time.monotonic() >= deadline or pipe.answered():
                 return
             # a nap, not a wait on the queue: that would wake this thread for each outcome
             time.sleep(AHEAD_POLL)
             self._collect(block=False)
         if not self._failures:
-            self._send_turn(slots - len(self._running))
+            self._send_turn(slots - self._busy())
 
     def _read_turn(self: _Worker) -> int:
         """Read the oldest turn in flight (once the next is sent, if it can be: see
@@ -168,7 +168,7 @@ class TurnsAhead:
                 while True:
                     finished.append(self._outcomes.get_nowait())
             ended = sum(1 for o in finished if self._current(o) is not None)
-            free = self.options.concurrency - len(self._running) + ended - answer.claimed
+            free = self.options.concurrency - self._busy() + ended - answer.claimed
             # a turn that could bring a suspect may have: the next may not, before it runs
             self._send_turn(free, suspects=not answer.take_suspect)
             self._record(finished)

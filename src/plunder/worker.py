@@ -45,9 +45,9 @@ from plunder.execution import (
     AsyncRunner,
     Handle,
     Outcome,
-    ProcessRunner,
     SuspectSlot,
     ThreadRunner,
+    after_acknowledged,
     failure,
     failure_of,
     stream_loop,
@@ -64,7 +64,9 @@ from plunder.model import (
     Session,
     build_completion,
 )
+from plunder.pool import ProcessRunner
 from plunder.states import Outcome as RunOutcome
+from plunder.stopping import Stopping
 from plunder.store import Store
 from plunder.store.base import TurnPipe
 from plunder.turns import TurnsAhead
@@ -144,8 +146,9 @@ class Worker(TurnsAhead):
         self._outcomes: queue.SimpleQueue[Outcome | _Stop] = queue.SimpleQueue()
         self._threads = ThreadRunner(self._outcomes)
         self._async = AsyncRunner(self._outcomes)
-        self._processes = ProcessRunner(self._outcomes)
+        self._processes = ProcessRunner(self._outcomes, size=self.options.concurrency)
         self._running: dict[int, Handle] = {}
+        self._stopping = Stopping()  # stopped, not returned yet: each holds its slot
         self._deadlines: dict[int, float] = {}
         # a job was due now but our claim just before took nothing: looked again once
         self._looked_again = False
@@ -221,7 +224,11 @@ class Worker(TurnsAhead):
         at each heartbeat: from any thread."""
         if self._stop.is_set():
             return 0
-        return max(0, self.options.concurrency - len(self._running))
+        return max(0, self.options.concurrency - self._busy())
+
+    def _busy(self) -> int:
+        """The slots taken: by running jobs, and by stopped ones not returned yet."""
+        return len(self._running) + self._stopping.count
 
     def _ready_turns(self) -> None:
         """The turns' statement prepared on the connections the pipe will hold, before the
@@ -340,7 +347,7 @@ class Worker(TurnsAhead):
             self._linger()
         self._enforce_deadlines()
         self._give_back_unknown()
-        free = 0 if self._stop.is_set() else self.options.concurrency - len(self._running)
+        free = 0 if self._stop.is_set() else self.options.concurrency - self._busy()
         try:
             claimed = self._turn(free)
         finally:  # the process's suspect slot, taken for the claim, kept only for a suspect
@@ -365,7 +372,7 @@ class Worker(TurnsAhead):
             return
         enough = self.options.concurrency // 2
         deadline = time.monotonic() + ACK_LINGER
-        while self.options.concurrency - len(self._running) < enough:
+        while self.options.concurrency - self._busy() < enough:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -375,7 +382,7 @@ class Worker(TurnsAhead):
         """Until an outcome or a wake-up arrives, but no longer than the poll interval, the
         next due delayed job (database clock) or the next task deadline."""
         wait = self.settings.poll_interval
-        if len(self._running) < self.options.concurrency and not self._stop.is_set():
+        if self._busy() < self.options.concurrency and not self._stop.is_set():
             try:
                 due = self.store.job_next_due(queues=self.queues, tasks=self.tasks)
             except errors.StoreError as exc:
@@ -391,8 +398,8 @@ class Worker(TurnsAhead):
                 wait = min(wait, max(due, MIN_WAIT))
             # still due now and not claimed: locked by another worker or left to the others
             # that did not fail it yet; a wake-up or the poll interval brings us back
-        if self._deadlines:
-            wait = min(wait, max(0.0, min(self._deadlines.values()) - time.monotonic()))
+        due_at = [*self._deadlines.values(), self._stopping.next_due() or float("inf")]
+        wait = min(wait, max(0.0, min(due_at) - time.monotonic()))
         if self._acker.threaded and self._acker.backlog() >= BACKLOG:
             wait = min(wait, MIN_WAIT)  # claims wait for the acknowledgements: look again soon
         return wait
@@ -534,8 +541,10 @@ class Worker(TurnsAhead):
                         self._forget(claim.job_id)
                 continue
             handle = self._current(outcome)
-            if handle is not None:  # else stopped earlier (cancelled, timed out, session
-                ended.append((handle, outcome))  # lost): discarded
+            if handle is not None:
+                ended.append((handle, outcome))
+            else:  # stopped earlier (cancelled, timed out, session lost): its slot frees
+                self._stopping.returned(outcome.job.id, outcome.job.attempt)
         self._end(ended)
 
     def _end(self, ended: list[tuple[Handle, Outcome]]) -> None:
@@ -550,7 +559,7 @@ class Worker(TurnsAhead):
             self._forgotten(handle)
             handle.flush_stream()
             if handle.ctx.acknowledged:  # its result committed with its acknowledgement
-                self._after_acknowledged(handle, outcome)
+                after_acknowledged(handle, outcome)
             elif outcome.ok:
                 self._succeeded(handle, outcome.result)
             else:
@@ -572,24 +581,6 @@ class Worker(TurnsAhead):
         self._completions.append(
             build_completion(handle.ctx.claim, result, tuple(handle.ctx.log_lines), None, text)
         )
-
-    @staticmethod
-    def _after_acknowledged(handle: Handle, outcome: Outcome) -> None:
-        """The task's own transaction acknowledged it with its result: an error raised
-        after that, or a return value other than that result, cannot change the job (it
-        committed). Either is refused and logged as an error naming the job."""
-        if not outcome.ok:
-            log.error(
-                "job %d (%s) raised after its transaction acknowledged it; the job keeps "
-                "its committed result: %r",
-                handle.job.id,
-                handle.job.task,
-                outcome.error,
-            )
-            return
-        refused = handle.ctx.refused_return(outcome.result)
-        if refused is not None:
-            log.error("%s (task %s)", refused, handle.job.task)
 
     def _acknowledge(self) -> None:
         """Send every result now and wait until they are written or given up."""
@@ -617,6 +608,7 @@ class Worker(TurnsAhead):
             self._deadlines.pop(job_id, None)
         else:
             self._forgotten(handle)
+            self._stopping.add(handle)  # its slot is free once it returns
         return handle
 
     def _forgotten(self, handle: Handle) -> None:
@@ -631,6 +623,7 @@ class Worker(TurnsAhead):
 
     def _enforce_deadlines(self) -> None:
         now = time.monotonic()
+        self._stopping.overdue(now)
         for job_id in [j for j, deadline in self._deadlines.items() if deadline <= now]:
             handle = self._forget(job_id)
             if handle is None:
@@ -701,6 +694,7 @@ class Worker(TurnsAhead):
         self._deadlines.clear()
         for handle in handles:
             self._stop_job(handle, "the worker's session was lost")
+            self._stopping.add(handle)
         self._suspects_running = 0
         self._suspects.keep(self, False)
         # the turns in flight are never read: their claims are lost too
@@ -755,6 +749,7 @@ class Worker(TurnsAhead):
         for handle in left:
             self._stop_job(handle, "the worker is shutting down")
         self._async.close()
+        self._processes.close()
         self._deadlines.clear()
         self._suspects_running = 0
         self._suspects.keep(self, False)

@@ -20,6 +20,7 @@ SYSTEMS = [
     "plunder_pg_serial",
     "plunder_pg_parallel",
     "plunder_pg_lanes",
+    "plunder_pg_process",
     "raw_pg",
     "plunder_sqlite",
     "raw_sqlite",
@@ -39,6 +40,7 @@ def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -
         hold_jobs=2,
         rescue_cap=20.0,
         timeout=60.0,
+        pool_jobs=100,
     )
     lines: list[str] = []
     options = harness.Options(
@@ -62,7 +64,8 @@ def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -
     report = json.loads((tmp_path / "bench.json").read_text())
     medians = report["medians"]
     expected = {
-        "plunder_pg": ["enqueue", "drain_1", "drain_2", "depth_small", "depth_large"],
+        "plunder_pg": ["enqueue", "drain_1", "drain_2", "depth_small", "depth_large", "pool"],
+        "plunder_pg_process": ["pool"],
         "plunder_pg_serial": ["drain_1", "drain_2"],
         "plunder_pg_parallel": ["drain_1", "drain_2"],
         "plunder_pg_lanes": ["drain_1", "drain_2"],

@@ -11,13 +11,14 @@ import pytest
 
 import plunder
 from plunder.context import Context
-from plunder.execution import AsyncRunner, Handle
+from plunder.execution import AsyncRunner, Handle, Outcome
 from plunder.model import JobSpec
 from plunder.store import Store
 from tests.store.helpers import claim, open_session
 
 app = plunder.App()
 finished: list[int] = []
+began = threading.Event()
 
 
 @app.task(name="t")
@@ -25,6 +26,17 @@ async def naps(seconds: float) -> str:
     await asyncio.sleep(seconds)
     finished.append(1)
     return "slept"
+
+
+@app.task(name="swallows")
+async def swallows(seconds: float) -> str:
+    """Swallows its cancellation and naps ``seconds`` more."""
+    began.set()
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        await asyncio.sleep(seconds)
+    return "went on"
 
 
 @pytest.fixture
@@ -61,6 +73,12 @@ def test_a_stop_queued_before_the_hand_over_still_cancels_the_task(store: Store)
     assert asyncio.run_coroutine_threadsafe(left(), loop).result(timeout=5) == 0
     assert handle.future is not None and handle.future.cancelled()
     assert finished == []
+    # its outcome still comes (the worker frees the job's slot on it), though no line of
+    # its coroutine ran
+    outcome = outcomes.get(timeout=5)
+    assert isinstance(outcome, Outcome) and not outcome.ok
+    assert isinstance(outcome.error, asyncio.CancelledError)
+    assert outcomes.empty()
     runner.close()
 
 
@@ -75,3 +93,22 @@ def test_a_closed_loop_refuses_every_start_and_ignores_stops(store: Store) -> No
             runner.start(handle)
     runner.stop(first, "shutting down")  # its tasks were cancelled when the loop closed
     assert first.ctx.cancelled
+
+
+def test_a_coroutine_that_swallows_its_cancellation_reports_when_it_returns(
+    store: Store,
+) -> None:
+    outcomes: queue.SimpleQueue[object] = queue.SimpleQueue()
+    runner = AsyncRunner(outcomes)
+    store.job_enqueue_many([JobSpec("swallows", [0.3])])
+    (job,) = claim(store, open_session(store), limit=1, tasks=("swallows",))
+    handle = Handle(job=job, task=app.registry.get("swallows"), ctx=Context(job, store))
+    runner.start(handle)
+    assert began.wait(5)
+    runner.stop(handle, "timed out")
+    with pytest.raises(queue.Empty):  # still running: no outcome frees its slot yet
+        outcomes.get(timeout=0.1)
+    outcome = outcomes.get(timeout=5)
+    assert isinstance(outcome, Outcome) and outcome.ok and outcome.result == "went on"
+    assert outcomes.empty()
+    runner.close()

@@ -237,3 +237,40 @@ def flaky_quiet(ctx: plunder.Context, n: int) -> int:
         ctx.flush()
         raise RuntimeError("the first attempt fails")
     return n
+
+
+@app.task(name="stubborn", retries=0)
+def stubborn(seconds: float, out: str) -> None:
+    """Ignores cancellation: sleeps ``seconds`` whatever happens, then writes the time it
+    returned (wall clock) to ``out``."""
+    time.sleep(seconds)
+    Path(out).write_text(repr(time.time()))
+
+
+@app.task(name="started_at", retries=0)
+def started_at(out: str) -> None:
+    """Writes the time it started (wall clock) to ``out``."""
+    Path(out).write_text(repr(time.time()))
+
+
+@app.task(name="child_pid", pool="process")
+def child_pid() -> int:
+    return os.getpid()
+
+
+@app.task(name="child_hang", pool="process", timeout=0.5, retry_on_timeout=False, retries=0)
+def child_hang(out: str) -> None:
+    """Writes its process id to ``out``, then spins, ignoring cancellation."""
+    Path(out).write_text(str(os.getpid()))
+    while True:
+        pass
+
+
+@app.task(name="child_gate", pool="process", retries=0)
+def child_gate(ctx: plunder.Context, out: str, gate: str) -> int:
+    """Writes its process id to ``out``, streams it, then returns it once ``gate`` exists."""
+    Path(out).write_text(str(os.getpid()))
+    ctx.stream({"pid": os.getpid()})
+    while not Path(gate).exists():
+        time.sleep(0.01)
+    return os.getpid()

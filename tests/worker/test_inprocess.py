@@ -4,13 +4,15 @@ streams. The process-level behaviour (signals, crashes) is in test_processes.py.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from plunder import JobFailed
+from plunder import JobFailed, stopping
 from plunder.states import Outcome, Status
 from plunder.worker import Worker, WorkerOptions
 from tests.store.helpers import claim
@@ -211,3 +213,27 @@ def test_jobs_whose_thread_cannot_be_made_fail_with_why(
             with pytest.raises(JobFailed, match="can't start new thread") as caught:
                 job.result(timeout=20)
             assert caught.value.error_type == "RuntimeError"
+
+
+def test_a_task_that_ignores_its_stop_past_the_grace_period_is_reported(
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its timeout is written at once; once it runs on past the grace period, a warning
+    names the job, and another when it finally returns and frees its slot."""
+    monkeypatch.setattr(stopping, "STOP_GRACE", 0.2)
+    caplog.set_level(logging.WARNING, logger="plunder.worker")
+    returned = tmp_path / "returned"
+    with worker_in_thread(store_url, concurrency=1) as worker:
+        job = tasks.stubborn.options(timeout=0.1).enqueue(1.0, str(returned))
+        with pytest.raises(JobFailed) as caught:
+            job.result(timeout=10)
+        assert caught.value.status == "timed_out"
+        assert not returned.exists()
+        assert worker._busy() == 1  # its slot: still taken
+        wait_for(lambda: f"job {job.id} attempt 1 (stubborn) still runs" in caplog.text)
+        wait_for(lambda: f"job {job.id} attempt 1 (stubborn) returned" in caplog.text)
+        assert returned.exists() and worker._busy() == 0
+        assert tasks.add.enqueue(1, 2).result(timeout=10) == 3

@@ -264,3 +264,30 @@ def test_janitor_takeover_after_the_holder_dies(store: Store, workers: Workers) 
     assert took < max(EXPIRY, 2 * JANITOR) + JANITOR + SLACK
     assert taken.holder != current.holder  # type: ignore[attr-defined]
     assert second.poll() is None
+
+
+def test_a_stopped_thread_task_keeps_its_slot_until_it_returns(
+    store: Store, workers: Workers
+) -> None:
+    """-c 1: a plain-function task past its timeout that ignores the stop is marked timed
+    out at once, but no job starts before its thread has returned."""
+    proc = workers.start("-c", "1")
+    wait_for(lambda: session_of(store, proc.pid), what="worker session")
+    returned = workers.tmp / "stubborn"
+    (hog,) = store.job_enqueue_many(
+        [JobSpec("stubborn", [3.0, str(returned)], timeout=0.3, retry_on_timeout=False)]
+    )
+    wait_for(lambda: store.job_get(hog.id).status == Status.RUNNING, what="stubborn runs")
+    marks = [workers.tmp / f"quick-{n}" for n in range(3)]
+    quick = store.job_enqueue_many([JobSpec("started_at", [str(mark)]) for mark in marks])
+    wait_for(lambda: store.job_get(hog.id).status == Status.TIMED_OUT, timeout=3.0, what="time out")
+    assert not returned.exists(), "the timeout was written only once the task returned"
+    wait_for(
+        lambda: all(store.job_get(j.id).status == Status.SUCCEEDED for j in quick),
+        what="quick jobs",
+    )
+    wait_for(returned.exists, what="the stubborn task returns")
+    end = float(returned.read_text())
+    starts = [float(mark.read_text()) for mark in marks]
+    assert min(starts) >= end, f"a job started {end - min(starts):.2f}s before the slot was free"
+    assert "still runs" not in workers.log(0)  # returned within the grace period

@@ -135,6 +135,32 @@ def test_each_turn_carries_every_result_waiting_with_more_slots_than_ack_batch(
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_busy_worker_has_turns_running_while_it_works(store_url: str) -> None:
+    """The turns do overlap the worker's own work: several are in flight at once, and many
+    have come back before the worker asks for them (the database ran them meanwhile).
+    A pipe that fell back to one turn at a time, or that ran each turn only once asked for
+    its answer, fails here."""
+    tasks.app.configure(url=store_url, heartbeat_interval=0.1, session_expiry=5.0)
+    worker = Worker(tasks.app, WorkerOptions(concurrency=30))
+    pipe = worker._pipe
+    assert pipe is not None and pipe.depth == 3
+    seen: list[tuple[int, bool]] = []  # at each receive: turns in flight, answer in already
+    real = pipe.receive
+
+    def counted() -> Any:
+        seen.append((pipe.in_flight, pipe.answered()))
+        return real()
+
+    pipe.receive = counted  # type: ignore[method-assign]
+    with running(worker):
+        drained(worker, 1_500)
+    in_flight, answered = [n for n, _ in seen], [a for _, a in seen]
+    assert len(seen) >= 60 and max(in_flight) >= 2
+    assert in_flight.count(1) < len(seen) // 2, f"mostly one turn at a time: {in_flight}"
+    assert answered.count(True) >= len(seen) // 4, f"answers came only when asked: {seen}"
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 def test_an_idle_worker_sends_no_turns_ahead(store_url: str) -> None:
     """Turns go ahead only while they come back full: once the queue is empty the worker
     waits for work instead of sending empty turns."""

@@ -1,5 +1,5 @@
 """A worker's turns on PostgreSQL: the statement (job_exchange), what its rows mean, and
-turns *sent ahead* on a connection the worker holds in pipeline mode.
+turns *sent ahead* on a connection the worker holds, run by a thread of the pipe's own.
 
 A turn — the results of the jobs that finished and a claim of new ones, one statement that
 commits on its own — keeps the database busy for a couple of milliseconds, and the worker's
@@ -9,56 +9,54 @@ about as long. Run one after the other they add up. Sent ahead, they overlap:
 ```
  worker ─ send(N+1) ─▶ reads N's rows, starts N's jobs, collects outcomes ─ receive(N+1) ─▶
             │                                                                  ▲
- database   └── runs N+1, commits it at its Sync ── (idle, or the next turn) ──┘
+ pipe's thread └─ runs N+1 (it commits) ─ runs N+2, if sent ── (idle) ─────────┘
 ```
 
-The statement goes out with its Sync at once, so the server commits it as soon as it has
-run it; ``receive`` only reads the answer. A turn's jobs are started only after its answer
-arrived, that is, after it committed. Until then its claims are invisible to the worker: a
-heartbeat that reads them meanwhile must not take them for lost (see Worker), and its
-results are on their way, held like any results not yet written.
-
-More turns may follow the first before the first is read (up to ``depth`` in flight): the
-server runs each as soon as it has committed the one before, without waiting for the
-worker. Answers are read oldest first, and reading one never waits for the next (see
-``_fetch_flight``).
+``send`` hands the turn to the pipe's thread, which runs the turns one after another on the
+held connection, each in its own transaction, and keeps each answer's rows unparsed;
+``receive`` waits for the oldest turn's answer, never for a later one's. A turn's jobs are
+started only after its answer arrived, that is, after it committed. Until then its claims
+are invisible to the worker: a heartbeat that reads them meanwhile must not take them for
+lost (see Worker), and its results are on their way, held like any results not yet
+written. (psycopg's public pipeline mode cannot do this: ``Pipeline.sync()`` and a
+cursor's fetch there wait for the results of every statement sent, the later turns' too.)
 
 A turn that fails (an error, a lost or cut connection) ends the pipe's connection: it is
-closed, the turns after it are never read either, and the next send opens another. Whether
-those turns committed may be unknown; their results are sent again by the caller (an
-acknowledgement that committed already is recognised as such), and claims that did commit
-are given back once the heartbeat reports them.
+closed, the turns after it never run, and the next send opens another. Whether the failed
+turn committed may be unknown; the results of the turns in flight are sent again by the
+caller (an acknowledgement that committed already is recognised as such), and claims that
+did commit are given back once the heartbeat reports them.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import functools
 import select
+import threading
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 import psycopg
 from psycopg.rows import tuple_row
 
-try:  # reads one statement's results at a time in pipeline mode (see _fetch_flight)
-    from psycopg.generators import fetch_many
-except ImportError:  # pragma: no cover - a psycopg without it sends one turn at a time
-    fetch_many = None
-
 from plunder import errors
 from plunder.model import SUSPECT_LOSSES, AckResult, Claim, Completion, JobRecord
 from plunder.store import convert
-from plunder.store.deadlines import Call, Deadlines
+from plunder.store.deadlines import Call, Deadlines, shut_down
 from plunder.store.engine import Tx
 from plunder.store.pgtx import PgTx, array_literal, plan_once
 from plunder.store.sqlbase import CLAIM_LEVELS, Claimed
 
 Encoded = list[tuple[Completion, str]]  # completions with their results encoded
-MAX_IN_FLIGHT = 3  # turns a pipe may have in flight, where psycopg lets it read them singly
+MAX_IN_FLIGHT = 3  # turns a pipe may have in flight
+IDLE_LINGER = 1.0  # seconds the pipe's thread waits for another turn before it ends
+TAKE_WAIT = 0.05  # seconds a send waits at most for the free thread to take its turn
 T = TypeVar("T")
 
 
@@ -186,83 +184,128 @@ class Answer:
         return completed
 
 
-def _sync_now(pipeline: psycopg.Pipeline, conn: psycopg.Connection[Any]) -> bool:
-    """Send a Sync now, without waiting for any result, so that the server commits the
-    statement before it as soon as it has run it. psycopg's public ``Pipeline.sync()``
-    also waits for every result; this uses the steps it is made of (``receive`` reads the
-    results with the third). False where this psycopg has not got them: the Sync then goes
-    with the reading of the answer."""
-    enqueue = getattr(pipeline, "_enqueue_sync", None)
-    communicate = getattr(pipeline, "_communicate_gen", None)
-    if not (callable(enqueue) and callable(communicate) and hasattr(pipeline, "_fetch_gen")):
-        return False
-    enqueue()
-    conn.wait(communicate())
-    return True
+@dataclass(eq=False)
+class _Turn:
+    """A turn handed to the pipe's thread, and what became of it there."""
 
-
-class _Counted(collections.deque):  # type: ignore[type-arg]
-    """A pipeline's queue of expected results that counts those taken from it: the
-    results of turn k are the queue's entries up to the count it had reached when turn k
-    was sent, whoever takes them (psycopg takes results that arrived while it sends)."""
-
-    def __init__(self, items: Any) -> None:
-        super().__init__(items)
-        self.taken = 0
-
-    def popleft(self) -> Any:
-        item = super().popleft()
-        self.taken += 1
-        return item
-
-    @property
-    def queued(self) -> int:
-        """Entries ever put in: taken, and still waiting."""
-        return self.taken + len(self)
-
-
-def _count_results(pipeline: psycopg.Pipeline) -> _Counted | None:
-    """Count the pipeline's expected results (see _Counted); None where this psycopg
-    keeps them otherwise: one turn at a time then."""
-    kept = getattr(pipeline, "result_queue", None)
-    if (
-        fetch_many is None
-        or not isinstance(kept, collections.deque)
-        or not callable(getattr(pipeline, "_process_results", None))
-    ):
-        return None
-    counted = _Counted(kept)
-    pipeline.result_queue = counted
-    return counted
-
-
-@dataclass
-class _Flight:
-    cursor: psycopg.Cursor[Any]
+    conn: psycopg.Connection[Any]
+    params: dict[str, Any]
     plain: Encoded
     session_id: str
     watch: ExitStack  # the call's deadline, from send to receive
     call: Call
-    synced: bool  # the Sync went out with the statement
     sent_at: float  # time.monotonic()
     limit: int
     take_suspect: bool
-    end: int  # the pipeline's result count once this turn's are in (see _Counted)
+    done: threading.Event = field(default_factory=threading.Event)
+    taken: threading.Event = field(default_factory=threading.Event)  # by the thread
+    started: bool = False  # the thread has taken it, or it was withdrawn
+    cursor: psycopg.Cursor[Any] | None = None  # its rows, once it committed, unread
+    table: Claimed | None = None  # or read already (its first run on the connection)
+    claimed: int = 0
+    error: Exception | None = None
+
+
+def _exchange(store: PipeStore, turn: _Turn) -> None:
+    """Run one turn on its connection (in autocommit: the statement commits on its own);
+    its rows are parsed only when the worker reads them."""
+    conn, params = turn.conn, {**turn.params, "now": None}
+    prepare, planned = plan_once(conn, "job_exchange")
+    if planned is not None:  # its first run here, planned by the indexes (see plan_once):
+        with conn.transaction():  # the setting and the statement in one transaction
+            turn.table = PgTx(conn, store.queries).table("job_exchange", **params)
+        turn.claimed = sum(1 for row in turn.table[1] if row[1] is not None)
+        return
+    cursor = conn.cursor(row_factory=tuple_row)
+    cursor.execute(store.queries["job_exchange"], params, binary=True, prepare=prepare)
+    result = cursor.pgresult
+    if result is None or not result.nfields:
+        raise errors.StoreError(f"{store.url}: a turn came back without rows")
+    # how many it claimed, without reading its rows yet: one row of NULLs is none
+    turn.claimed = result.ntuples if result.ntuples != 1 or result.get_value(0, 1) else 0
+    turn.cursor = cursor
+
+
+class _Runner:
+    """The thread that runs a pipe's turns, one after another in the order they were sent,
+    each on the connection it names. It lingers IDLE_LINGER seconds for the next turn,
+    then ends; the next send starts another."""
+
+    def __init__(self, store: PipeStore) -> None:
+        self._store = store
+        self._lock = threading.Condition()
+        self._queue: collections.deque[_Turn] = collections.deque()
+        self._thread: threading.Thread | None = None
+        self._busy = False  # running a turn
+
+    def put(self, turn: _Turn) -> None:
+        """Queue the turn. If the thread is free, wait until it has taken the turn: it sends
+        the statement before it lets go of the interpreter, which a busy caller would
+        otherwise hold for a while (the turn would wait for it, not go ahead)."""
+        with self._lock:
+            free = not self._busy and not self._queue
+            self._queue.append(turn)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="plunder-turns", daemon=True
+                )
+                self._thread.start()
+            else:
+                self._lock.notify()
+        if free:
+            turn.taken.wait(TAKE_WAIT)
+
+    def withdraw(self, turns: Sequence[_Turn]) -> _Turn | None:
+        """Take back the turns not started yet (they never run); the one running now, if
+        it is one of them: the caller cuts its connection and waits for it."""
+        with self._lock:
+            for turn in turns:
+                if not turn.started:
+                    self._queue.remove(turn)
+                    turn.started = True
+                    turn.done.set()
+            return next((t for t in turns if not t.done.is_set()), None)
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                if not self._lock.wait_for(lambda: self._queue, timeout=IDLE_LINGER):
+                    self._thread = None
+                    return
+                turn = self._queue.popleft()
+                turn.started = self._busy = True
+                turn.taken.set()
+            try:
+                self._run(turn)
+            finally:
+                with self._lock:
+                    self._busy = False
+
+    def _run(self, turn: _Turn) -> None:
+        try:
+            _exchange(self._store, turn)
+        except Exception as exc:  # handed to the receiver, which raises it
+            turn.error = exc
+            with self._lock:  # the turns after it on its connection never run
+                for later in [t for t in self._queue if t.conn is turn.conn]:
+                    self._queue.remove(later)
+                    later.started = True
+                    later.error = errors.StoreError("an earlier turn failed")
+                    later.done.set()
+        finally:
+            turn.done.set()
 
 
 class TurnPipe:
     """One worker's turns sent ahead on one held connection (see the module docstring).
     Up to ``depth`` turns in flight, answered in the order they were sent; only the
-    worker's main thread uses it."""
+    worker's main thread uses it (its own thread runs the turns)."""
 
     def __init__(self, store: PipeStore) -> None:
         self._store = store
         self._conn: psycopg.Connection[Any] | None = None
-        self._pipeline: psycopg.Pipeline | None = None
-        self._mode: AbstractContextManager[psycopg.Pipeline] | None = None  # pipeline mode
-        self._results: _Counted | None = None
-        self._flights: collections.deque[_Flight] = collections.deque()
-        self._depth = MAX_IN_FLIGHT
+        self._runner = _Runner(store)
+        self._flights: collections.deque[_Turn] = collections.deque()
         self._columns: list[str] | None = None  # of the answers (see _names)
 
     @property
@@ -277,9 +320,8 @@ class TurnPipe:
 
     @property
     def depth(self) -> int:
-        """How many turns may be in flight at once: MAX_IN_FLIGHT, or one where this
-        psycopg cannot read a turn's answer without waiting for the next one's."""
-        return self._depth
+        """How many turns may be in flight at once."""
+        return MAX_IN_FLIGHT
 
     @property
     def claiming(self) -> int:
@@ -298,12 +340,15 @@ class TurnPipe:
     def answered(self) -> bool:
         """Whether the oldest turn in flight has (begun to) come back: ``receive`` would
         not wait for the database. False with none in flight."""
-        if not self._flights or self._conn is None:
+        if not self._flights:
             return False
-        if self._results is not None and self._results.taken >= self._flights[0].end:
-            return True  # read already, by a later send
-        try:
-            readable, _, _ = select.select([self._conn.fileno()], [], [], 0)
+        oldest = self._flights[0]
+        if oldest.done.is_set():
+            return True
+        if not oldest.taken.is_set():
+            return False
+        try:  # its answer is arriving: the thread reads it once it gets to run
+            readable, _, _ = select.select([oldest.conn.fileno()], [], [], 0)
         except (OSError, ValueError, psycopg.Error):
             return True  # broken: receive says how
         return bool(readable)
@@ -357,7 +402,7 @@ class TurnPipe:
         database (a transaction pooler: plunder's settings are made per transaction there).
         Raises the store's errors; after one, whether it reached the database is unknown,
         and nothing is in flight (the turns that were are never read: see ``close``)."""
-        if len(self._flights) >= self._depth:
+        if len(self._flights) >= MAX_IN_FLIGHT:
             raise RuntimeError(f"{len(self._flights)} turns are in flight already: receive first")
         if any(c.effects is not None for c in completions):
             raise ValueError("completions with effects go through job_complete_many")
@@ -367,39 +412,15 @@ class TurnPipe:
         params = turn_params(
             plain, session_id, queues=queues, tasks=tasks, limit=limit, take_suspect=take_suspect
         )
-        opened = self._open()
-        if opened is None:
+        conn = self._open()
+        if conn is None:
             return False
-        conn, pipeline = opened
         watch = ExitStack()
         call = watch.enter_context(store._deadlines.watch(conn, store._call_timeout))
-        try:
-            # planned at its first run on the connection, by the indexes (plan_once)
-            prepare, planned = plan_once(conn, "job_exchange")
-            if planned is not None:
-                conn.execute(store.queries["plans_by_index"])
-            cursor = conn.cursor(row_factory=tuple_row)
-            cursor.execute(
-                store.queries["job_exchange"], {**params, "now": None}, binary=True, prepare=prepare
-            )
-            if planned is not None:  # in the turn's transaction: if it fails, so does the
-                conn.execute(store.queries["plans_reset"])  # setting
-                conn.index_planned = planned | {"job_exchange"}  # type: ignore[attr-defined]
-            synced = _sync_now(pipeline, conn)
-        except psycopg.Error as exc:
-            watch.close()
-            self.close(discard=True)
-            raise self._error(exc, call) from exc
-        except BaseException:
-            watch.close()
-            self.close(discard=True)
-            raise
-        if not synced or self._results is None:
-            self._depth = 1  # its answer is read with psycopg's own steps, all at once
-        end = self._results.queued if self._results is not None else 0
-        flight = _Flight(cursor, plain, session_id, watch, call, synced, time.monotonic(),
-                         limit, take_suspect, end)  # fmt: skip
-        self._flights.append(flight)
+        turn = _Turn(conn, params, plain, session_id, watch, call, time.monotonic(),
+                     limit, take_suspect)  # fmt: skip
+        self._flights.append(turn)
+        self._runner.put(turn)
         return True
 
     def receive(self) -> Answer:
@@ -407,70 +428,55 @@ class TurnPipe:
         errors; after one, whether it committed is unknown, and nothing is in flight."""
         if not self._flights:
             raise RuntimeError("no turn is in flight")
-        flight = self._flights.popleft()
-        conn, pipeline = self._conn, self._pipeline
-        assert conn is not None and pipeline is not None
+        turn = self._flights[0]
         try:
-            with flight.watch:
-                if flight.synced and self._results is not None:
-                    conn.wait(self._fetch_flight(pipeline, self._results, flight.end))
-                else:
-                    if flight.synced:
-                        conn.wait(pipeline._fetch_gen(flush=False))
-                    if not flight.synced or flight.cursor.pgresult is None:
-                        pipeline.sync()
-                result = flight.cursor.pgresult
-                if result is None or not result.nfields:
-                    raise errors.StoreError(f"{self._store.url}: a turn came back without rows")
-        except psycopg.Error as exc:
-            self.close(discard=True)
-            raise self._error(exc, flight.call) from exc
+            with turn.watch:
+                turn.done.wait()
         except BaseException:
             self.close(discard=True)
             raise
-        # how many it claimed, without reading its rows yet: one row of NULLs is none
-        claimed = result.ntuples if result.ntuples != 1 or result.get_value(0, 1) else 0
-        cursor = flight.cursor
-
-        def read() -> Claimed:  # the rows are here already; only parsing them is left
-            return self._names(cursor), list(cursor.fetchall())
-
+        self._flights.popleft()
+        if turn.error is not None:
+            self.close(discard=True)
+            exc = turn.error
+            if isinstance(exc, psycopg.Error):
+                raise self._error(exc, turn.call) from exc
+            raise exc
         return Answer(
             self._store,
-            flight.plain,
-            flight.session_id,
-            read,
-            claimed,
-            limit=flight.limit,
-            take_suspect=flight.take_suspect,
+            turn.plain,
+            turn.session_id,
+            functools.partial(self._read, turn),
+            turn.claimed,
+            limit=turn.limit,
+            take_suspect=turn.take_suspect,
         )
 
-    def _names(self, cursor: psycopg.Cursor[Any]) -> list[str]:
-        """The answer's column names: every turn is the same statement, so they are read
-        once (psycopg makes a description's columns anew at each look, with a type lookup
-        for each)."""
-        result = cursor.pgresult
-        if self._columns is None or result is None or len(self._columns) != result.nfields:
+    def _read(self, turn: _Turn) -> Claimed:
+        """A turn's rows (they are here already: only parsing them is left), with the
+        column names: every turn is the same statement, so those are read once (psycopg
+        makes a description's columns anew at each look, with a type lookup for each)."""
+        if turn.table is not None:
+            return turn.table
+        cursor = turn.cursor
+        assert cursor is not None and cursor.pgresult is not None
+        if self._columns is None or len(self._columns) != cursor.pgresult.nfields:
             assert cursor.description is not None
             self._columns = [column.name for column in cursor.description]
-        return self._columns
-
-    @staticmethod
-    def _fetch_flight(pipeline: psycopg.Pipeline, results: _Counted, end: int) -> Any:
-        """psycopg's ``_fetch_gen``, stopped at one turn's results: a later turn's are not
-        waited for. Each is handed to psycopg as its own would be."""
-        assert fetch_many is not None
-        while results.taken < end:
-            fetched = yield from fetch_many(pipeline.pgconn)
-            pipeline._process_results(results.popleft(), fetched)
+        return self._columns, list(cursor.fetchall())
 
     def close(self, *, discard: bool = False) -> list[Completion]:
         """Give the connection back to the pool: closed first if a turn is in flight (its
         answer is never read) or ``discard``. The completions of the turns never read: the
         caller sends them again (each may have committed, or not)."""
-        conn, mode = self._conn, self._mode
-        self._conn = self._pipeline = self._mode = self._results = None
+        conn = self._conn
+        self._conn = None
         flights, self._flights = list(self._flights), collections.deque()
+        running = self._runner.withdraw(flights)
+        if running is not None:  # cut: its answer is never read
+            with contextlib.suppress(psycopg.Error, OSError):  # closed already: cut too
+                shut_down(running.conn.fileno())
+            running.done.wait()
         for flight in flights:
             flight.watch.close()
         unread = [c for f in flights for c, _ in f.plain]
@@ -478,30 +484,15 @@ class TurnPipe:
             return unread
         if flights or discard or conn.broken:
             conn.close()
-        if mode is not None:
-            try:  # pipeline mode ends: at once with nothing in flight, or with an error
-                mode.__exit__(None, None, None)  # on a closed connection, caught here
-            except psycopg.Error:
-                conn.close()
         self._store._get_pool().putconn(conn)
         return unread
 
-    def _open(self) -> tuple[psycopg.Connection[Any], psycopg.Pipeline] | None:
-        if self._conn is not None and self._pipeline is not None and not self._conn.closed:
-            return self._conn, self._pipeline
+    def _open(self) -> psycopg.Connection[Any] | None:
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
         self.close(discard=True)
-        conn = self._store._pipe_connection()
-        if conn is None:
-            return None
-        self._conn = conn
-        try:
-            self._mode = conn.pipeline()
-            self._pipeline = self._mode.__enter__()
-        except psycopg.Error as exc:
-            self.close(discard=True)
-            raise self._error(exc, None) from exc
-        self._results = _count_results(self._pipeline)
-        return conn, self._pipeline
+        self._conn = self._store._pipe_connection()
+        return self._conn
 
     def _error(self, exc: psycopg.Error, call: Call | None) -> Exception:
         if call is not None and call.reason is not None:

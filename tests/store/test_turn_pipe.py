@@ -271,6 +271,35 @@ def test_a_cut_turn_takes_the_turn_after_it_along_and_close_returns_their_result
     assert set(answer.settle().accepted) == {held.claim, other.claim}
 
 
+def test_a_turn_sent_behind_one_that_failed_unread_does_not_hide_the_failure(
+    store: Store, store_url: str, pipe: TurnPipe
+) -> None:
+    """The first turn failed (cut) before it was read; the next one sent meanwhile must not
+    drop it unseen: receive says the first failed, and both turns' results are the
+    caller's to send again."""
+    store.job_enqueue_many([JobSpec("t", [i]) for i in range(4)])
+    session = open_session(store)
+    held, other = claim(store, session, limit=2)
+    with psycopg.connect(store_url) as blocker:
+        blocker.execute("SELECT 1 FROM plunder_jobs WHERE id = %s FOR UPDATE", (held.id,))
+        send(pipe, session, [held.claim], limit=1)
+        cutter = threading.Thread(target=store.calls_cut, args=("the test cut it",))
+        cutter.start()
+        cutter.join()
+        deadline = time.monotonic() + 10
+        while not pipe.answered():  # the cut turn has come back, failed, unread
+            assert time.monotonic() < deadline, "the cut turn never came back"
+            time.sleep(0.01)
+        send(pipe, session, [other.claim], limit=1)
+        assert [c.claim for c in pipe.completions()] == [held.claim, other.claim]
+        with pytest.raises(errors.StoreBusy, match="the test cut it"):
+            pipe.receive()
+        assert pipe.in_flight == 0
+        blocker.rollback()
+    send(pipe, session, [held.claim, other.claim], limit=1)  # sent again, on a fresh one
+    assert set(pipe.receive().settle().accepted) == {held.claim, other.claim}
+
+
 def plan_of_turn(conn: psycopg.Connection[object]) -> str:
     """The plan the connection keeps for the turn it prepared (its generic plan), as text."""
     (name, types) = conn.execute(

@@ -488,7 +488,10 @@ class TurnPipe:
         return unread
 
     def _open(self) -> psycopg.Connection[Any] | None:
-        if self._conn is not None and not self._conn.closed:
+        """The held connection, or another once none is in flight: a turn sent behind one
+        that failed (its connection closed by the failure) fails with it, and ``receive``
+        says so, instead of the failed one being dropped unseen."""
+        if self._conn is not None and (self._flights or not self._conn.closed):
             return self._conn
         self.close(discard=True)
         self._conn = self._store._pipe_connection()

@@ -89,7 +89,6 @@ class System:
 
 
 POOL_SCENARIO = {"8": ["pool"]}  # pool_jobs no-op jobs, -c 8: threads vs the warm pool
-LANES = "-c 300 --lanes 2"
 PARALLEL = "-c 200 --parallel-acks"
 SERIAL = "-c 100 --no-turns-ahead"
 SYSTEMS = {
@@ -132,17 +131,6 @@ SYSTEMS = {
             "of their own while the next jobs are claimed (3 connections per worker instead "
             "of 2), each claim taking up to the free slots",
             extra=(("worker_args", PARALLEL.split()),),
-        ),
-        System(
-            "plunder_pg_lanes",
-            "pg",
-            False,
-            {k: v for k, v in PG_SCENARIOS.items() if k in ("2", "3")},
-            "as plunder_pg, with `-c 300 --lanes 2`: each worker process runs two lanes of "
-            "150 slots (turns of up to 50), each with its own session and connection, so that "
-            "one lane's turn is at the database while the other's jobs run (2 connections per "
-            "worker for work)",
-            extra=(("worker_args", LANES.split()),),
         ),
         System(
             "raw_pg",
@@ -482,7 +470,6 @@ def targets(medians: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     for system, flags in (
         ("plunder_pg_serial", SERIAL),
         ("plunder_pg_parallel", "--parallel-acks"),
-        ("plunder_pg_lanes", LANES),
     ):
         for drain in ("drain_1", "drain_2"):
             procs = drain[-1]

@@ -19,7 +19,6 @@ MODULES = {
     "plunder_pg": "bench.systems.plunder",
     "plunder_pg_serial": "bench.systems.plunder",
     "plunder_pg_parallel": "bench.systems.plunder",
-    "plunder_pg_lanes": "bench.systems.plunder",
     "plunder_pg_process": "bench.systems.plunder",
     "plunder_sqlite": "bench.systems.plunder",
     "raw_pg": "bench.systems.raw_pg",

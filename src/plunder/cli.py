@@ -27,7 +27,6 @@ from rich.text import Text
 from plunder import config, errors, follow, payload
 from plunder.app import App, Job
 from plunder.execution import tune_gc
-from plunder.lanes import Lanes
 from plunder.model import JobRecord, Run, Unrunnable
 from plunder.states import Status
 from plunder.store import Store, open_store
@@ -266,15 +265,6 @@ def interval_options(fn: F) -> F:
     "instead of 2; turns claim up to a third of the slots, so -c 300 claims batches of "
     "100).",
 )
-@click.option(
-    "--lanes",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Split the slots among this many claim loops, each with its own session and "
-    "connection, so that one's turn is at the database while another's jobs run "
-    "(faster on short jobs; -c 300 --lanes 2 is two lanes of 150 slots).",
-)
 @interval_options
 @pass_state
 def worker(
@@ -290,7 +280,6 @@ def worker(
     no_listen: bool,
     parallel_acks: bool,
     turns_ahead: bool,
-    lanes: int,
     **intervals: float | None,
 ) -> None:
     """Run a worker: claim jobs, run them, acknowledge them."""
@@ -309,7 +298,7 @@ def worker(
             turns_ahead=turns_ahead,
         )
         tune_gc()
-        (Lanes(app, options, lanes=lanes) if lanes > 1 else Worker(app, options)).run()
+        Worker(app, options).run()
 
 
 @main.command()

@@ -184,30 +184,6 @@ def call_arguments(task: Task, job: JobRecord, ctx: object) -> tuple[list[Any], 
     return args, kwargs
 
 
-class SuspectSlot:
-    """At most one suspect job runs in a process at a time, whichever of its workers (its
-    lanes, see plunder.lanes) runs it: a suspect may be the job that killed its last
-    worker, and whatever runs beside it in the process dies with it if so. A worker takes
-    the slot before a claim that may bring a suspect, and keeps it while it runs one."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._holder: object | None = None
-
-    def take(self, holder: object) -> bool:
-        """The slot for ``holder`` (True), unless another holds it."""
-        with self._lock:
-            if self._holder is None:
-                self._holder = holder
-            return self._holder is holder
-
-    def keep(self, holder: object, running: bool) -> None:
-        """``holder`` keeps the slot only while it runs a suspect."""
-        with self._lock:
-            if not running and self._holder is holder:
-                self._holder = None
-
-
 class ThreadRunner:
     """A cached thread pool that wakes as few threads as the jobs need. Started jobs wait
     in a queue, and one thread at a time is *called* to it (an idle one woken, or a new

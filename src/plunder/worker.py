@@ -45,7 +45,6 @@ from plunder.execution import (
     AsyncRunner,
     Handle,
     Outcome,
-    SuspectSlot,
     ThreadRunner,
     after_acknowledged,
     failure,
@@ -108,16 +107,7 @@ class WorkerOptions:
 
 
 class Worker(TurnsAhead):
-    def __init__(
-        self,
-        app: App,
-        options: WorkerOptions | None = None,
-        *,
-        store: Store | None = None,
-        suspects: SuspectSlot | None = None,
-    ) -> None:
-        """``store``: one of the worker's own (the app's by default); ``suspects``: the
-        process's suspect slot, where several workers share the process (plunder.lanes)."""
+    def __init__(self, app: App, options: WorkerOptions | None = None) -> None:
         self.app = app
         self.options = options or WorkerOptions()
         if self.options.concurrency < 1:
@@ -130,16 +120,14 @@ class Worker(TurnsAhead):
         with contextlib.suppress(errors.ConfigError):  # already open: keep what it has
             # the connection budget: one for work (+1 for acknowledgements with parallel
             # acks, see plunder.acker), one for the hub (+1 janitor, see there)
-            if store is None:
-                app.set_store_options(
-                    pool_size=self.options.connections,
-                    application_name=self._app_name,
-                    **worker_deadlines(self.settings),
-                )
+            app.set_store_options(
+                pool_size=self.options.connections,
+                application_name=self._app_name,
+                **worker_deadlines(self.settings),
+            )
         self.queues = list(self.options.queues or app.registry.queues())
         self.tasks = app.registry.names()
-        self.store: Store = store or app.store
-        self._suspects = suspects or SuspectSlot()
+        self.store: Store = app.store
         self._suspects_running = 0  # among self._running; the main thread counts them
         self.session: Session | None = None
         self.error: BaseException | None = None  # what ended run(), raised from a turn
@@ -348,11 +336,7 @@ class Worker(TurnsAhead):
         self._enforce_deadlines()
         self._give_back_unknown()
         free = 0 if self._stop.is_set() else self.options.concurrency - self._busy()
-        try:
-            claimed = self._turn(free)
-        finally:  # the process's suspect slot, taken for the claim, kept only for a suspect
-            suspect = self._pipe is not None and self._pipe.suspect
-            self._suspects.keep(self, self._suspects_running > 0 or suspect)
+        claimed = self._turn(free)
         if claimed:
             self._looked_again = False
         if claimed and claimed == free:
@@ -474,8 +458,9 @@ class Worker(TurnsAhead):
         return len(jobs)
 
     def _may_take_suspect(self) -> bool:
-        """At most one suspect at a time in the process (see SuspectSlot)."""
-        return not self._suspects_running and self._suspects.take(self)
+        """At most one suspect at a time in the process: a suspect may be the job that
+        killed its last worker, and whatever runs beside it dies with it if so."""
+        return not self._suspects_running
 
     def _start(self, jobs: Sequence[JobRecord]) -> None:
         """Start claimed jobs, each on its task's runner: those of the thread pool are
@@ -612,11 +597,10 @@ class Worker(TurnsAhead):
         return handle
 
     def _forgotten(self, handle: Handle) -> None:
-        """A job no longer running (out of ``_running``): its deadline and suspect slot."""
+        """A job no longer running (out of ``_running``): its deadline and suspect count."""
         self._deadlines.pop(handle.job.id, None)
         if handle.job.suspect:
             self._suspects_running -= 1
-            self._suspects.keep(self, self._suspects_running > 0)
 
     def _stop_job(self, handle: Handle, reason: str) -> None:
         self._runner(handle.task).stop(handle, reason)
@@ -696,7 +680,6 @@ class Worker(TurnsAhead):
             self._stop_job(handle, "the worker's session was lost")
             self._stopping.add(handle)
         self._suspects_running = 0
-        self._suspects.keep(self, False)
         # the turns in flight are never read: their claims are lost too
         unread: list[Completion] = self._pipe.close() if self._pipe is not None else []
         dropped = len(self._completions + unread) + len(self._failures) + self._acker.drop()
@@ -752,7 +735,6 @@ class Worker(TurnsAhead):
         self._processes.close()
         self._deadlines.clear()
         self._suspects_running = 0
-        self._suspects.keep(self, False)
         if self._pipe is not None:  # turns in flight (a turn raised) are never read: their
             self._completions[:0] = self._pipe.close()  # results are written below, again
         if self._halt.is_set():

@@ -273,10 +273,6 @@ def test_job_follow_shows_progress_as_a_status_on_a_terminal(store_url: str) -> 
         (["jobs", "--status", "bogus"], "unknown job status"),
         (["worker", "-A", "no_such_module:app"], "cannot import no_such_module"),
         (["worker", "-A", "tests.worker.tasks:add"], "is not a plunder.App"),
-        (
-            ["worker", "-A", "tests.worker.tasks:app", "-c", "1", "--lanes", "2"],
-            "2 lanes need a concurrency of at least 2",
-        ),
     ],
 )
 def test_user_mistakes_are_one_clear_line(store_url: str, args: list[str], expected: str) -> None:

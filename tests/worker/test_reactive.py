@@ -134,16 +134,14 @@ def test_an_enqueue_wakes_the_workers_of_its_queues_however_many(store_url: str)
         ([], 3),
         (["--no-turns-ahead"], 2),
         (["--parallel-acks"], 3),
-        (["--lanes", "2"], 5),
-        (["--lanes", "2", "--no-turns-ahead"], 3),
     ],
-    ids=["turns-ahead", "one-turn-at-a-time", "parallel-acks", "lanes", "lanes-one-at-a-time"],
+    ids=["turns-ahead", "one-turn-at-a-time", "parallel-acks"],
 )
 def test_a_worker_keeps_to_its_connection_budget(
     store: Store, store_url: str, workers: Workers, flags: list[str], budget: int
 ) -> None:
-    """Work (and turns sent ahead, or acknowledgements with parallel acks; a connection or
-    two per lane) and the hub's, plus the janitor's while it holds the lease."""
+    """Work (and turns sent ahead, or acknowledgements with parallel acks) and the hub's,
+    plus the janitor's while it holds the lease."""
     if not store_url.startswith("postgresql"):
         pytest.skip("connections are counted on PostgreSQL")
     proc = workers.start("-c", "16", *flags, name="budget")

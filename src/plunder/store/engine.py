@@ -210,7 +210,7 @@ class Engine(ABC):
     def retire(self) -> None:
         """Close for good: a later call raises StoreUnavailable instead of connecting again,
         as it would after ``close()``. For a store its owner is done with while code it
-        does not control may still hold it (a lane's own, once the lanes have stopped)."""
+        does not control may still hold it."""
         self.retired = True
         self.close()
 

@@ -258,10 +258,16 @@ def child_pid() -> int:
     return os.getpid()
 
 
+def write_pid(out: str) -> None:
+    """This process's id into ``out`` at once, whole: a reader never sees it half written."""
+    Path(f"{out}.tmp").write_text(str(os.getpid()))
+    os.replace(f"{out}.tmp", out)
+
+
 @app.task(name="child_hang", pool="process", timeout=0.5, retry_on_timeout=False, retries=0)
 def child_hang(out: str) -> None:
     """Writes its process id to ``out``, then spins, ignoring cancellation."""
-    Path(out).write_text(str(os.getpid()))
+    write_pid(out)
     while True:
         pass
 
@@ -269,7 +275,7 @@ def child_hang(out: str) -> None:
 @app.task(name="child_gate", pool="process", retries=0)
 def child_gate(ctx: plunder.Context, out: str, gate: str) -> int:
     """Writes its process id to ``out``, streams it, then returns it once ``gate`` exists."""
-    Path(out).write_text(str(os.getpid()))
+    write_pid(out)
     ctx.stream({"pid": os.getpid()})
     while not Path(gate).exists():
         time.sleep(0.01)

@@ -90,6 +90,13 @@ def streams_in_transaction(ctx: plunder.Context) -> str:
     return "done"
 
 
+def write_whole(out: str, text: str) -> None:
+    """``text`` into ``out`` at once, whole: a test waiting for the file never reads it
+    created but still empty."""
+    Path(f"{out}.tmp").write_text(text)
+    os.replace(f"{out}.tmp", out)
+
+
 @app.task(name="calls_after_transaction", retries=0)
 def calls_after_transaction(ctx: plunder.Context, token: str, seconds: float, out: str) -> None:
     """Writes a row in its transaction, then (the job acknowledged) enqueues another job,
@@ -100,7 +107,7 @@ def calls_after_transaction(ctx: plunder.Context, token: str, seconds: float, ou
     ctx.stream("after the block")
     ctx.flush()
     time.sleep(seconds)
-    Path(out).write_text(str(child.id))
+    write_whole(out, str(child.id))
 
 
 @app.task(name="poison", retries=1)
@@ -244,13 +251,13 @@ def stubborn(seconds: float, out: str) -> None:
     """Ignores cancellation: sleeps ``seconds`` whatever happens, then writes the time it
     returned (wall clock) to ``out``."""
     time.sleep(seconds)
-    Path(out).write_text(repr(time.time()))
+    write_whole(out, repr(time.time()))
 
 
 @app.task(name="started_at", retries=0)
 def started_at(out: str) -> None:
     """Writes the time it started (wall clock) to ``out``."""
-    Path(out).write_text(repr(time.time()))
+    write_whole(out, repr(time.time()))
 
 
 @app.task(name="child_pid", pool="process")
@@ -258,16 +265,10 @@ def child_pid() -> int:
     return os.getpid()
 
 
-def write_pid(out: str) -> None:
-    """This process's id into ``out`` at once, whole: a reader never sees it half written."""
-    Path(f"{out}.tmp").write_text(str(os.getpid()))
-    os.replace(f"{out}.tmp", out)
-
-
 @app.task(name="child_hang", pool="process", timeout=0.5, retry_on_timeout=False, retries=0)
 def child_hang(out: str) -> None:
     """Writes its process id to ``out``, then spins, ignoring cancellation."""
-    write_pid(out)
+    write_whole(out, str(os.getpid()))
     while True:
         pass
 
@@ -275,7 +276,7 @@ def child_hang(out: str) -> None:
 @app.task(name="child_gate", pool="process", retries=0)
 def child_gate(ctx: plunder.Context, out: str, gate: str) -> int:
     """Writes its process id to ``out``, streams it, then returns it once ``gate`` exists."""
-    write_pid(out)
+    write_whole(out, str(os.getpid()))
     ctx.stream({"pid": os.getpid()})
     while not Path(gate).exists():
         time.sleep(0.01)

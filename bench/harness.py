@@ -89,7 +89,6 @@ class System:
 
 
 POOL_SCENARIO = {"8": ["pool"]}  # pool_jobs no-op jobs, -c 8: threads vs the warm pool
-PARALLEL = "-c 200 --parallel-acks"
 SERIAL = "-c 100 --no-turns-ahead"
 SYSTEMS = {
     s.name: s
@@ -121,16 +120,6 @@ SYSTEMS = {
             "claiming as many jobs as there are free slots (2 connections per worker "
             "instead of 3; the default before turns were sent ahead)",
             extra=(("worker_args", SERIAL.split()),),
-        ),
-        System(
-            "plunder_pg_parallel",
-            "pg",
-            False,
-            {k: v for k, v in PG_SCENARIOS.items() if k in ("2", "3")},
-            "as plunder_pg, with `-c 200 --parallel-acks`: acknowledgements on a connection "
-            "of their own while the next jobs are claimed (3 connections per worker instead "
-            "of 2), each claim taking up to the free slots",
-            extra=(("worker_args", PARALLEL.split()),),
         ),
         System(
             "raw_pg",
@@ -467,10 +456,7 @@ def targets(medians: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             0.5,
         )
     # the same drains with a worker's options for short jobs (nothing turned off)
-    for system, flags in (
-        ("plunder_pg_serial", SERIAL),
-        ("plunder_pg_parallel", "--parallel-acks"),
-    ):
+    for system, flags in (("plunder_pg_serial", SERIAL),):
         for drain in ("drain_1", "drain_2"):
             procs = drain[-1]
             mine = get(system, drain)

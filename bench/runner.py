@@ -18,7 +18,6 @@ from bench.common import BenchError, Params, emit
 MODULES = {
     "plunder_pg": "bench.systems.plunder",
     "plunder_pg_serial": "bench.systems.plunder",
-    "plunder_pg_parallel": "bench.systems.plunder",
     "plunder_pg_process": "bench.systems.plunder",
     "plunder_sqlite": "bench.systems.plunder",
     "raw_pg": "bench.systems.raw_pg",

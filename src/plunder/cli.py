@@ -250,13 +250,6 @@ def interval_options(fn: F) -> F:
     "poll every --poll-interval (env PLUNDER_LISTEN=0).",
 )
 @click.option(
-    "--parallel-acks",
-    is_flag=True,
-    help="PostgreSQL: write acknowledgements on a connection of their own while the next "
-    "jobs are claimed (3 connections per worker instead of 2; faster on short jobs where "
-    "the worker does not share its cores with the database).",
-)
-@click.option(
     "--turns-ahead/--no-turns-ahead",
     default=True,
     show_default=True,
@@ -278,7 +271,6 @@ def worker(
     name: str | None,
     no_janitor: bool,
     no_listen: bool,
-    parallel_acks: bool,
     turns_ahead: bool,
     **intervals: float | None,
 ) -> None:
@@ -294,7 +286,6 @@ def worker(
             janitor=not no_janitor,
             grace=grace,
             pool=pool,
-            parallel_acks=parallel_acks,
             turns_ahead=turns_ahead,
         )
         tune_gc()

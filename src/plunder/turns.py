@@ -78,7 +78,7 @@ class _Worker(Protocol):
 
 class TurnsAhead:
     """Mixed into Worker: its turns through the pipe (``_pipe``, or None: no turns go
-    ahead, on SQLite, with parallel acknowledgements or ``turns_ahead=False``)."""
+    ahead, on SQLite or with ``turns_ahead=False``)."""
 
     _pipe: TurnPipe | None
     _more: bool  # the last turn read claimed all it asked for: more jobs may wait

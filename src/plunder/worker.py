@@ -6,8 +6,8 @@
                  └──────────────── wait for an outcome or the poll interval ◀─────────────────┘
  turns         ── acknowledge and claim in one statement; on PostgreSQL a busy worker
                   keeps the next one or two on their way while it starts the last one's
-                  jobs (plunder.turns) or, with parallel acks, writes acknowledgements on a
-                  thread of their own (plunder.acker)
+                  jobs (plunder.turns); results no turn carries are written by
+                  plunder.acker
  heartbeat     ── on the hub, every heartbeat_interval: extend the session, learn which
                   claims to stop and whether the session is gone (plunder.liveness); a
                   watchdog judges it lost once not renewed for the session expiry
@@ -74,7 +74,6 @@ log = logging.getLogger("plunder.worker")
 ACK_LINGER = 0.002  # seconds a turn may wait for more results to send with it
 RECONNECT_CAP = policy.RECONNECT_CAP
 MIN_WAIT = 0.05  # a due job we could not claim (locked, or left to other workers): look again
-BACKLOG = 4 * ACK_BATCH  # results handed to the acker and not yet written: claim no more
 
 
 @dataclass(frozen=True)
@@ -93,9 +92,6 @@ class WorkerOptions:
     janitor: bool = True
     grace: float = 30.0
     pool: str | None = None  # "process" runs every plain-function task in a process
-    # PostgreSQL: results are written on a connection of their own while the next jobs are
-    # claimed (see plunder.acker); by default, in the claim's transaction, one connection less
-    parallel_acks: bool = False
     # PostgreSQL: a busy worker sends its next turns before it starts the jobs of the last
     # (plunder.turns), on a connection it holds while busy; off, one connection less
     turns_ahead: bool = True
@@ -103,7 +99,7 @@ class WorkerOptions:
     @property
     def connections(self) -> int:
         """The pooled connections the worker's own calls need (the hub's is the app's)."""
-        return 2 if self.parallel_acks or self.turns_ahead else 1
+        return 2 if self.turns_ahead else 1
 
 
 class Worker(TurnsAhead):
@@ -118,8 +114,8 @@ class Worker(TurnsAhead):
         self.name = self.options.name or f"{socket.gethostname()}:{os.getpid()}"
         self._app_name = f"plunder:worker:{self.name}"[:60]
         with contextlib.suppress(errors.ConfigError):  # already open: keep what it has
-            # the connection budget: one for work (+1 for acknowledgements with parallel
-            # acks, see plunder.acker), one for the hub (+1 janitor, see there)
+            # the connection budget: one for work (+1 for turns sent ahead, see
+            # plunder.turns), one for the hub (+1 janitor, see there)
             app.set_store_options(
                 pool_size=self.options.connections,
                 application_name=self._app_name,
@@ -150,13 +146,11 @@ class Worker(TurnsAhead):
         self._ack_batch = max(ACK_BATCH, 2 * self.options.concurrency)
         self._acker = Acker(
             self.store,
-            threaded=self.options.parallel_acks and self.store.parallel_writes,
             stopped=lambda: self._session_lost.is_set() or self._halt.is_set() or self._closing,
             counted=self._count,
         )
         # turns sent ahead (PostgreSQL): the pipe keeps what each turn in flight carries
-        ahead = self.options.turns_ahead and not self._acker.threaded
-        self._pipe: TurnPipe | None = self.store.turn_pipe() if ahead else None
+        self._pipe: TurnPipe | None = self.store.turn_pipe() if self.options.turns_ahead else None
         self._more = False
         self._stop = threading.Event()  # stop claiming, drain, exit
         self._halt = threading.Event()  # second signal: exit at once
@@ -384,23 +378,10 @@ class Worker(TurnsAhead):
             # that did not fail it yet; a wake-up or the poll interval brings us back
         due_at = [*self._deadlines.values(), self._stopping.next_due() or float("inf")]
         wait = min(wait, max(0.0, min(due_at) - time.monotonic()))
-        if self._acker.threaded and self._acker.backlog() >= BACKLOG:
-            wait = min(wait, MIN_WAIT)  # claims wait for the acknowledgements: look again soon
         return wait
 
     def _turn(self, free: int) -> int:
-        """Acknowledge what finished and claim up to ``free`` jobs: in one transaction, or
-        with parallel acks, the acknowledgements handed to the acker and the claim here."""
-        if self._acker.threaded:
-            self._acker.send(self._completions, self._failures)
-            self._completions.clear()
-            self._failures.clear()
-            # the database writes results slower than the tasks make them: claim nothing
-            # until it catches up (finished jobs stay running in the database meanwhile,
-            # their deadlines passing, and a lost session would discard every one of them)
-            if free <= 0 or self._acker.backlog() >= BACKLOG:
-                return 0
-            return self._claim(free)
+        """Acknowledge what finished and claim up to ``free`` jobs, in one transaction."""
         if self._in_flight() or (not self._failures and self._send_turn(free)):
             return self._read_turn()
         done = self._completions[: self._ack_batch]
@@ -569,10 +550,9 @@ class Worker(TurnsAhead):
 
     def _acknowledge(self) -> None:
         """Send every result now and wait until they are written or given up."""
-        self._acker.send(self._completions, self._failures)
+        self._acker.write(self._completions, self._failures)
         self._completions.clear()
         self._failures.clear()
-        self._acker.flush()
 
     def _count(self, ack: AckResult, kind: str) -> None:
         self.stats[kind] += len(ack.accepted)
@@ -650,7 +630,6 @@ class Worker(TurnsAhead):
             if self._pipe is not None:
                 ids.update(c.claim.job_id for c in self._pipe.completions())
             ids.update(f.claim.job_id for f in self._failures)
-            ids.update(self._acker.held())
             return ids
 
         self._liveness.give_back(held, self._pipe.sent_at if self._pipe is not None else None)
@@ -682,7 +661,7 @@ class Worker(TurnsAhead):
         self._suspects_running = 0
         # the turns in flight are never read: their claims are lost too
         unread: list[Completion] = self._pipe.close() if self._pipe is not None else []
-        dropped = len(self._completions + unread) + len(self._failures) + self._acker.drop()
+        dropped = len(self._completions + unread) + len(self._failures)
         self._completions.clear()
         self._failures.clear()
         log.error(
@@ -749,8 +728,9 @@ class Worker(TurnsAhead):
         # results on their way are written before the session closes: closing releases
         # the session's running jobs, and those would run again. Results still unwritten
         # (a database out of reach) leave the session to expire instead.
-        self._acker.send(self._completions, self._failures)  # not sent if a turn raised
-        written = self._acker.close(timeout=self.options.grace)
+        written = self._acker.write(  # not sent if a turn raised
+            self._completions, self._failures, deadline=time.monotonic() + self.options.grace
+        )
         self._closing = True  # closed below, or left to expire: no more heartbeats
         if not written:
             log.warning(

@@ -18,7 +18,6 @@ from bench import harness  # noqa: E402
 SYSTEMS = [
     "plunder_pg",
     "plunder_pg_serial",
-    "plunder_pg_parallel",
     "plunder_pg_process",
     "raw_pg",
     "plunder_sqlite",
@@ -66,7 +65,6 @@ def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -
         "plunder_pg": ["enqueue", "drain_1", "drain_2", "depth_small", "depth_large", "pool"],
         "plunder_pg_process": ["pool"],
         "plunder_pg_serial": ["drain_1", "drain_2"],
-        "plunder_pg_parallel": ["drain_1", "drain_2"],
         "raw_pg": ["enqueue", "drain_1", "drain_2", "depth_small", "depth_large"],
         "plunder_sqlite": ["enqueue", "drain_1", "drain_4", "depth_small", "depth_large"],
         "raw_sqlite": ["enqueue", "drain_1", "drain_4"],

@@ -101,9 +101,7 @@ def session_of(store: Store, pid: int) -> str | None:
 
 
 @contextmanager
-def worker_in_thread(
-    url: str, concurrency: int = 4, *, parallel_acks: bool = False
-) -> Iterator[Worker]:
+def worker_in_thread(url: str, concurrency: int = 4) -> Iterator[Worker]:
     """A worker for tests.worker.tasks on a thread of this process, with fast intervals."""
     from tests.worker import tasks
 
@@ -114,7 +112,7 @@ def worker_in_thread(
         poll_interval=0.05,
         janitor_interval=0.1,
     )
-    running = Worker(tasks.app, WorkerOptions(concurrency=concurrency, parallel_acks=parallel_acks))
+    running = Worker(tasks.app, WorkerOptions(concurrency=concurrency))
     thread = threading.Thread(target=running.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:

@@ -133,9 +133,8 @@ def test_an_enqueue_wakes_the_workers_of_its_queues_however_many(store_url: str)
     [
         ([], 3),
         (["--no-turns-ahead"], 2),
-        (["--parallel-acks"], 3),
     ],
-    ids=["turns-ahead", "one-turn-at-a-time", "parallel-acks"],
+    ids=["turns-ahead", "one-turn-at-a-time"],
 )
 def test_a_worker_keeps_to_its_connection_budget(
     store: Store, store_url: str, workers: Workers, flags: list[str], budget: int

@@ -193,9 +193,6 @@ class Store(Protocol):
     notifies: bool
     """Whether state changes are announced with NOTIFY (PostgreSQL) on the channels
     ``plunder_enqueued`` (queue names), ``plunder_done`` and ``plunder_stream`` (job ids)."""
-    parallel_writes: bool
-    """Whether two transactions may write at once (row locks, PostgreSQL), rather than one
-    after the other (a lock on the whole file, SQLite)."""
 
     # -- schema --------------------------------------------------------------------------
     def migrate(self) -> int:

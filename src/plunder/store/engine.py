@@ -135,7 +135,6 @@ class Engine(ABC):
     dialect: str
     url: str
     notifies = False  # whether the database delivers NOTIFY to listeners
-    parallel_writes = False  # whether two transactions may write at once
     # runs of jobs with the same options an enqueue inserts one statement each, before it
     # inserts a batch in one statement with each row's options (see convert.Inserts)
     insert_runs = 4

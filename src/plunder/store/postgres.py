@@ -114,7 +114,6 @@ def _options(settings: dict[str, int]) -> str:
 class PostgresStore(SQLStore):
     dialect = "postgres"
     notifies = True
-    parallel_writes = True
     insert_runs = 1  # each statement is a round trip: a batch is one whatever it mixes
 
     def __init__(

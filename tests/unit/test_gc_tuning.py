@@ -50,10 +50,11 @@ def test_the_worker_command_tunes_the_collector_before_it_runs(monkeypatch, tmp_
     from click.testing import CliRunner
 
     from plunder import cli
+    from plunder.cli import run
 
     called = []
-    monkeypatch.setattr(cli, "tune_gc", lambda: called.append(True))
-    monkeypatch.setattr(cli.Worker, "run", lambda self: called.append("run"))
+    monkeypatch.setattr(run, "tune_gc", lambda: called.append(True))
+    monkeypatch.setattr(run.Worker, "run", lambda self: called.append("run"))
     db = f"sqlite:///{tmp_path / 'gc.db'}"
     result = CliRunner().invoke(
         cli.main, ["--db", db, "worker", "-A", "tests.unit.test_gc_tuning:app"]

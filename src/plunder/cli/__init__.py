@@ -1,0 +1,32 @@
+"""The ``plunder`` command: parses, wires, prints, exits. Only ``python -m plunder`` and the
+console script import it (``main``).
+
+A user mistake (a bad URL, an unknown job, malformed JSON, an unreachable database) prints
+one line on stderr and exits non-zero; a traceback means a bug in plunder.
+
+``root`` is the group and its options; the commands live by what they are about (``run``:
+worker and janitor; ``jobs``: one job or many; ``database``: init and status; ``showcase``:
+demo and bench), and print through ``output``.
+"""
+
+from __future__ import annotations
+
+from plunder.cli import database, jobs, run, showcase
+from plunder.cli.root import main
+
+__all__ = ["main"]
+
+for command in (
+    database.init,
+    run.worker,
+    run.janitor,
+    jobs.enqueue,
+    database.status,
+    jobs.jobs,
+    jobs.job,
+    jobs.cancel,
+    jobs.retry,
+    showcase.demo,
+    showcase.bench,
+):
+    main.add_command(command)

@@ -1,0 +1,139 @@
+"""The long-running commands: ``worker`` (with the user's App) and ``janitor``."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+import threading
+
+import click
+
+from plunder import config, errors
+from plunder.app import App
+from plunder.cli.output import F, user_errors
+from plunder.cli.state import CLI_STORE, State, pass_state
+from plunder.execution import tune_gc
+from plunder.store import open_store
+from plunder.worker import Worker, WorkerOptions
+
+
+def load_app(spec: str, state: State) -> App:
+    """The App named by ``-A module:attribute``, on the command's URL if one was given."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter("use -A module:attribute, e.g. -A myproject.jobs:app")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise errors.ConfigError(f"cannot import {module_name}: {exc}") from exc
+    app = getattr(module, attribute, None)
+    if not isinstance(app, App):
+        raise errors.ConfigError(f"{spec} is not a plunder.App (got {type(app).__name__})")
+    if state.explicit:
+        app.configure(url=state.url)
+    return app
+
+
+def interval_options(fn: F) -> F:
+    for name in ("heartbeat-interval", "session-expiry", "poll-interval", "janitor-interval"):
+        env = "PLUNDER_" + name.upper().replace("-", "_")
+        fn = click.option(f"--{name}", type=float, default=None, help=f"Seconds (env {env}).")(fn)
+    return fn
+
+
+@click.command()
+@click.option("-A", "--app", "app_spec", required=True, help="module:attribute of your App.")
+@click.option(
+    "-q",
+    "--queues",
+    default=None,
+    help="Comma-separated queues (default: all queues of the app's tasks).",
+)
+@click.option("-c", "--concurrency", type=click.IntRange(1, 10_000), default=4, show_default=True)
+@click.option(
+    "--pool",
+    type=click.Choice(["thread", "process"]),
+    default=None,
+    help="Run plain-function tasks in threads (default) or a warm pool of child processes.",
+)
+@click.option(
+    "--grace",
+    type=float,
+    default=config.GRACE,
+    show_default=True,
+    help="Seconds running jobs get to finish after SIGTERM.",
+)
+@click.option("--name", default=None, help="Worker name shown in status and run history.")
+@click.option("--no-janitor", is_flag=True, help="Do not take part in janitor duty.")
+@click.option(
+    "--no-listen",
+    is_flag=True,
+    help="No LISTEN/NOTIFY or data_version wake-ups: "
+    "poll every --poll-interval (env PLUNDER_LISTEN=0).",
+)
+@click.option(
+    "--turns-ahead/--no-turns-ahead",
+    default=True,
+    show_default=True,
+    help="PostgreSQL: a busy worker sends its next turn (results and claim) while it starts "
+    "the jobs of the last, on a connection it holds while busy (3 connections per worker "
+    "instead of 2; turns claim up to a third of the slots, so -c 300 claims batches of "
+    "100).",
+)
+@interval_options
+@pass_state
+def worker(
+    state: State,
+    /,
+    app_spec: str,
+    queues: str | None,
+    concurrency: int,
+    pool: str | None,
+    grace: float,
+    name: str | None,
+    no_janitor: bool,
+    no_listen: bool,
+    turns_ahead: bool,
+    **intervals: float | None,
+) -> None:
+    """Run a worker: claim jobs, run them, acknowledge them."""
+    with user_errors():
+        app = load_app(app_spec, state)
+        app.configure(**intervals, listen=False if no_listen else None)
+        queue_list = tuple(q.strip() for q in queues.split(",") if q.strip()) if queues else None
+        options = WorkerOptions(
+            queues=queue_list,
+            concurrency=concurrency,
+            name=name,
+            janitor=not no_janitor,
+            grace=grace,
+            pool=pool,
+            turns_ahead=turns_ahead,
+        )
+        tune_gc()
+        Worker(app, options).run()
+
+
+@click.command()
+@interval_options
+@pass_state
+def janitor(state: State, /, **intervals: float | None) -> None:
+    """Run only the janitor (reaping, timeouts, pruning) while holding its lease."""
+    from plunder.janitor import Janitor, store_options
+
+    with user_errors():
+        settings = config.load(url=state.url).with_overrides(**intervals)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        # its own deadlines, so that a pass it leaves open (paused, cut off) cannot hold
+        # up a successor's takeover for good
+        store = open_store(state.url, **{**CLI_STORE, **store_options(settings)})
+        store.schema_check()
+        try:
+            Janitor(store, settings).run(stop)
+        finally:
+            store.close()

@@ -1,0 +1,42 @@
+"""What every command shares: the database URL it was given and the store opened on it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from plunder.store import Store, open_store
+
+CLI_STORE: dict[str, Any] = {
+    "busy_total": 5.0,
+    "connect_timeout": 5.0,
+    "pool_size": 2,
+    "application_name": "plunder:cli",
+    "create": False,  # a typo in a SQLite path is refused, not made an empty database
+}
+
+
+class State:
+    """The URL (``explicit``: given by ``--db`` or PLUNDER_URL, not the default) and a store
+    opened on it at first use, closed when the command ends."""
+
+    def __init__(self, url: str, explicit: bool) -> None:
+        self.url = url
+        self.explicit = explicit
+        self._store: Store | None = None
+
+    def store(self, *, migrate: bool = False) -> Store:
+        if self._store is None:
+            # only init (migrate) may create a SQLite file
+            store = open_store(self.url, **{**CLI_STORE, "create": migrate})
+            store.migrate() if migrate else store.schema_check()
+            self._store = store
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+pass_state = click.make_pass_decorator(State)

@@ -18,7 +18,7 @@ from typing import Any
 
 from plunder import errors, policy
 from plunder.model import AckResult, Completion, ErrorInfo, Failure
-from plunder.store import Store
+from plunder.protocol import Outcome, WorkerProtocol
 
 log = logging.getLogger("plunder.worker")
 ACK_BATCH = 200
@@ -28,14 +28,17 @@ RETRIED = (errors.StoreBusy, errors.StoreUnavailable, errors.StoreFull)
 class Acker:
     def __init__(
         self,
-        store: Store,
+        link: WorkerProtocol,
         *,
+        session: Callable[[], str | None],
         stopped: Callable[[], bool],
         counted: Callable[[AckResult, str], None],
     ) -> None:
         """``stopped()``: the session is lost or the worker halts, and the store would
-        refuse these results anyway; ``counted(ack, kind)``: a batch was written."""
-        self._store = store
+        refuse these results anyway; ``session()``: the session they are written under;
+        ``counted(ack, kind)``: a batch was written."""
+        self._link = link
+        self._session = session
         self._stopped = stopped
         self._counted = counted
 
@@ -50,31 +53,30 @@ class Acker:
         behind a stream of the other. False: given up (see ``stopped``) or past
         ``deadline`` (``time.monotonic()``) with results still unwritten."""
         done, failed = list(completions), list(failures)
+        session = self._session()
+        if session is None and (done or failed):
+            return False  # the store would refuse them: the session they ran under is gone
         while done or failed:
             ok, done = done[:ACK_BATCH], done[ACK_BATCH:]
             if ok:
-                refused = self._write(self._store.job_complete_many, ok, "succeeded", deadline)
+                refused = self._write(session, ok, "succeeded", deadline)
                 if refused is None:
                     return False
                 failed += refused
             bad, failed = failed[:ACK_BATCH], failed[ACK_BATCH:]
-            if bad and self._write(self._store.job_fail_many, bad, "failed", deadline) is None:
+            if bad and self._write(session, bad, "failed", deadline) is None:
                 return False
         return True
 
     def _write(
-        self,
-        call: Callable[[Any], AckResult],
-        batch: Sequence[Any],
-        kind: str,
-        deadline: float | None,
+        self, session: Any, batch: Sequence[Outcome], kind: str, deadline: float | None
     ) -> list[Failure] | None:
         """Write one batch; None when given up, else the failures its completions became
         (none but where the store refused them for good)."""
         backoff = 0.05
         while True:
             try:
-                ack = call(batch)
+                reply = self._link.exchange(session, batch, None)
                 break
             except RETRIED as exc:
                 if self._stopped() or (deadline is not None and time.monotonic() >= deadline):
@@ -87,6 +89,10 @@ class Acker:
                 if kind != "succeeded":
                     return []
                 info = ErrorInfo.from_exception(exc)
-                return [Failure(c.claim, info, retry_delay=0.0, logs=c.logs) for c in batch]
-        self._counted(ack, kind)
+                return [
+                    Failure(c.claim, info, retry_delay=0.0, logs=c.logs)
+                    for c in batch
+                    if isinstance(c, Completion)
+                ]
+        self._counted(reply.completed if kind == "succeeded" else reply.failed, kind)
         return []

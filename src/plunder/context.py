@@ -13,20 +13,55 @@ import asyncio
 import functools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from plunder import errors, payload
-from plunder.model import Claim, Completion, JobRecord
-from plunder.store.base import Store
+from plunder.model import AckResult, Claim, Completion, JobRecord
+from plunder.protocol import WorkerProtocol
 
 log = logging.getLogger("plunder.context")
 T = TypeVar("T")
 MAX_LOG_LINES = 200
 FLUSH_BYTES = 4096
+
+
+class Sink(Protocol):
+    """Where a task's stream events go, and its transaction comes from: the store (the
+    jobs are in the app's database), or a LinkSink."""
+
+    def stream_append(
+        self, claim: Claim, events: Sequence[tuple[str, Any]], *, conn: Any = None
+    ) -> Any: ...
+
+    def transaction(self) -> AbstractContextManager[Any]: ...
+
+    def job_complete_many(self, completions: Sequence[Completion], *, conn: Any) -> AckResult: ...
+
+
+class LinkSink:
+    """A task's stream over the worker protocol (a worker whose jobs come through another
+    link than the app's database): no database connection to give the task."""
+
+    def __init__(self, link: WorkerProtocol) -> None:
+        self._link = link
+
+    def stream_append(
+        self, claim: Claim, events: Sequence[tuple[str, Any]], *, conn: Any = None
+    ) -> None:
+        self._link.append(claim, events)
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        raise errors.ConfigError(
+            "ctx.transaction() needs the database, and this worker's jobs come through "
+            "another link: write from a worker connected to the database"
+        )
+
+    def job_complete_many(self, completions: Sequence[Completion], *, conn: Any) -> AckResult:
+        raise errors.ConfigError("no transaction to acknowledge in (see transaction())")
 
 
 class _LineCapture(logging.Handler):
@@ -69,7 +104,7 @@ class JobIdentity:
 class Context(JobIdentity):
     """Handed to a task that declares a parameter annotated ``plunder.Context``."""
 
-    def __init__(self, job: JobRecord, store: Store, *, on_flush_needed: Any = None) -> None:
+    def __init__(self, job: JobRecord, store: Sink, *, on_flush_needed: Any = None) -> None:
         self.job = job
         self.claim: Claim = job.claim
         self._store = store

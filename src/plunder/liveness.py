@@ -26,7 +26,7 @@ from typing import Any
 from plunder import errors, policy
 from plunder.config import Settings
 from plunder.model import Claim, Heartbeat, Session
-from plunder.store import Store
+from plunder.protocol import Beat, Release, WorkerProtocol
 
 log = logging.getLogger("plunder.worker")
 
@@ -34,7 +34,7 @@ log = logging.getLogger("plunder.worker")
 class Liveness:
     def __init__(
         self,
-        store: Store,
+        link: WorkerProtocol,
         settings: Settings,
         *,
         session: Callable[[], Session | None],
@@ -48,7 +48,7 @@ class Liveness:
         heartbeat now (the session is lost already, or being closed); ``claims()``: the
         claims the worker holds; ``free()``: its free slots, recorded with each heartbeat.
         ``stop`` and ``lost`` are called with what a heartbeat or the watchdog found."""
-        self.store = store
+        self.link = link
         self.settings = settings
         self._session = session
         self._quiet = quiet
@@ -125,7 +125,8 @@ class Liveness:
         if not orphans:
             return
         try:
-            released = self.store.job_release_many(orphans).accepted
+            reply = self.link.exchange(session.id, [Release(c) for c in orphans], None)
+            released = reply.released.accepted
         except errors.StoreError as exc:
             log.warning("could not give back %d unstarted claims: %s", len(orphans), exc)
             return  # the next heartbeat reports them again
@@ -152,9 +153,7 @@ class Liveness:
             sent = time.monotonic()
             try:
                 free = None if self._free is None else self._free()
-                beat = self.store.session_heartbeat(
-                    session_id, claims, free_slots=free, conn=connection
-                )
+                beat = self.link.heartbeat(Beat(session_id, tuple(claims), free), via=connection)
                 return beat, sent
             except errors.StoreBusy:
                 wait = backoff.next_wait()

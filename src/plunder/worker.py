@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from plunder import errors, payload, policy
+from plunder import errors, payload, policy, protocol
 from plunder.acker import ACK_BATCH, Acker
 from plunder.app import App
 from plunder.config import worker_deadlines
-from plunder.context import Context
+from plunder.context import Context, LinkSink, Sink
 from plunder.execution import (
     AsyncRunner,
     Handle,
@@ -64,10 +64,11 @@ from plunder.model import (
     build_completion,
 )
 from plunder.pool import ProcessRunner
+from plunder.protocol import ClaimRequest, Hello, WorkerProtocol
 from plunder.states import Outcome as RunOutcome
 from plunder.stopping import Stopping
-from plunder.store import Store
 from plunder.store.base import TurnPipe
+from plunder.store.link import StoreLink
 from plunder.turns import TurnsAhead
 
 log = logging.getLogger("plunder.worker")
@@ -103,7 +104,17 @@ class WorkerOptions:
 
 
 class Worker(TurnsAhead):
-    def __init__(self, app: App, options: WorkerOptions | None = None) -> None:
+    def __init__(
+        self,
+        app: App,
+        options: WorkerOptions | None = None,
+        *,
+        link: WorkerProtocol | None = None,
+    ) -> None:
+        """A worker for ``app``'s tasks. Its jobs come through ``link`` (the worker
+        protocol: plunder.protocol), by default the app's own database; with another link
+        there is no janitor and no wake-ups (the worker polls), and ``ctx.transaction()``
+        is refused (no database connection to give the task)."""
         self.app = app
         self.options = options or WorkerOptions()
         if self.options.concurrency < 1:
@@ -123,7 +134,10 @@ class Worker(TurnsAhead):
             )
         self.queues = list(self.options.queues or app.registry.queues())
         self.tasks = app.registry.names()
-        self.store: Store = app.store
+        self._sql = link is None  # the app's own database: hub, janitor, transactions
+        self.link: WorkerProtocol = StoreLink(app.store) if link is None else link
+        # where tasks' stream events and transactions go (see plunder.context)
+        self._sink: Sink = app.store if link is None else LinkSink(link)
         self._suspects_running = 0  # among self._running; the main thread counts them
         self.session: Session | None = None
         self.error: BaseException | None = None  # what ended run(), raised from a turn
@@ -145,12 +159,13 @@ class Worker(TurnsAhead):
         # it, recorded once it went out (see _read_turn; one per slot again)
         self._ack_batch = max(ACK_BATCH, 2 * self.options.concurrency)
         self._acker = Acker(
-            self.store,
+            self.link,
+            session=lambda: self.session.id if self.session is not None else None,
             stopped=lambda: self._session_lost.is_set() or self._halt.is_set() or self._closing,
             counted=self._count,
         )
         # turns sent ahead (PostgreSQL): the pipe keeps what each turn in flight carries
-        self._pipe: TurnPipe | None = self.store.turn_pipe() if self.options.turns_ahead else None
+        self._pipe: TurnPipe | None = self.link.pipe() if self.options.turns_ahead else None
         self._more = False
         self._stop = threading.Event()  # stop claiming, drain, exit
         self._halt = threading.Event()  # second signal: exit at once
@@ -160,7 +175,7 @@ class Worker(TurnsAhead):
         self._closing = False
         self._stream_wake = threading.Event()
         self._liveness = Liveness(
-            self.store,
+            self.link,
             self.settings,
             session=lambda: self.session,
             quiet=lambda: self._session_lost.is_set() or self._closing,
@@ -251,14 +266,16 @@ class Worker(TurnsAhead):
         backoff = 0.1
         while not self._halt.is_set():
             try:
-                session = self.store.session_open(
-                    name=self.name,
-                    host=socket.gethostname(),
-                    pid=os.getpid(),
-                    queues=self.queues,
-                    expiry=self.settings.session_expiry,
-                    tasks=self.app.registry.infos(),
-                    free_slots=self._free_slots(),
+                session = self.link.open(
+                    Hello(
+                        name=self.name,
+                        host=socket.gethostname(),
+                        pid=os.getpid(),
+                        queues=tuple(self.queues),
+                        tasks=tuple(self.app.registry.infos()),
+                        expiry=self.settings.session_expiry,
+                        free_slots=self._free_slots(),
+                    )
                 )
                 self._liveness.last_beat = time.monotonic()  # before the watchdog sees it
                 self.session = session
@@ -271,18 +288,7 @@ class Worker(TurnsAhead):
                 backoff = min(backoff * 2, RECONNECT_CAP)
 
     def _start_services(self) -> None:
-        hub = self.app.hub
-        # a heartbeat gets half the session expiry (the server's statement_timeout on that
-        # connection): time enough on a slow database, and time left to renew on a fresh
-        # connection when the peer hangs
-        self._unregister = [
-            hub.every(
-                self.settings.heartbeat_interval,
-                self._liveness.beat,
-                deadline=self.settings.session_expiry / 2,
-            ),
-            hub.on_work(self.queues, self._wake),
-        ]
+        self._unregister = self._beat_and_wake()
         self._services = [
             threading.Thread(
                 target=stream_loop,
@@ -297,9 +303,13 @@ class Worker(TurnsAhead):
                 daemon=True,
             ),
         ]
-        if self.options.janitor:
+        if not self._sql:  # heartbeats on a thread of their own, not the hub's
+            self._services.append(
+                threading.Thread(target=self._beat_loop, name="plunder-heartbeat", daemon=True)
+            )
+        if self.options.janitor and self._sql:
             janitor = Janitor(
-                self.store,
+                self.app.store,
                 self.settings,
                 holder=f"{self.name}:{id(self):x}",
                 own_store=own_store(self.settings, f"{self._app_name}:janitor"),
@@ -314,6 +324,31 @@ class Worker(TurnsAhead):
             )
         for thread in self._services:
             thread.start()
+
+    def _beat_and_wake(self) -> list[Callable[[], None]]:
+        """Heartbeats and wake-ups at the app's hub, when the jobs are in its database."""
+        if not self._sql:
+            return []
+        hub = self.app.hub
+        # a heartbeat gets half the session expiry (the server's statement_timeout on that
+        # connection): time enough on a slow database, and time left to renew on a fresh
+        # connection when the peer hangs
+        return [
+            hub.every(
+                self.settings.heartbeat_interval,
+                self._liveness.beat,
+                deadline=self.settings.session_expiry / 2,
+            ),
+            hub.on_work(self.queues, self._wake),
+        ]
+
+    def _beat_loop(self) -> None:
+        """Heartbeats over another link (no hub): every heartbeat_interval."""
+        while not self._services_stop.wait(self.settings.heartbeat_interval):
+            try:
+                self._liveness.beat(None)
+            except Exception:  # a bug: logged, and the watchdog still guards the session
+                log.exception("heartbeat failed")
 
     def _wake(self) -> None:
         """From the hub thread: work may have appeared in one of our queues."""
@@ -362,7 +397,7 @@ class Worker(TurnsAhead):
         wait = self.settings.poll_interval
         if self._busy() < self.options.concurrency and not self._stop.is_set():
             try:
-                due = self.store.job_next_due(queues=self.queues, tasks=self.tasks)
+                due = self.link.next_due(self._request(0))
             except errors.StoreError as exc:
                 log.warning("could not read the next due job: %s", exc)
                 due = None
@@ -391,52 +426,43 @@ class Worker(TurnsAhead):
         if free <= 0:
             self._acknowledge()
             return 0
+        return self._exchange(done, failed, free)
+
+    def _claim(self, free: int) -> int:
+        return self._exchange([], [], free)
+
+    def _request(self, limit: int) -> ClaimRequest:
+        """A claim of up to ``limit`` jobs of this worker's queues and tasks."""
+        return ClaimRequest(
+            tuple(self.queues), tuple(self.tasks), limit, take_suspect=self._may_take_suspect()
+        )
+
+    def _exchange(self, done: list[Completion], failed: list[Failure], free: int) -> int:
+        """One exchange, the ordinary way: the first results waiting (``done`` and
+        ``failed``), and a claim of up to ``free`` jobs; how many it claimed. Results it
+        could not send are written one by one."""
         assert self.session is not None
+        outcomes: list[protocol.Outcome] = [*done, *failed]
         try:
-            exchange = self.store.job_exchange_many(
-                done,
-                failed,
-                session_id=self.session.id,
-                queues=self.queues,
-                tasks=self.tasks,
-                limit=free,
-                take_suspect=self._may_take_suspect(),
-            )
+            reply = self.link.exchange(self.session.id, outcomes, self._request(free))
         except errors.SessionGone:
             self._session_lost.set()
             return 0
         except errors.StoreError as exc:
+            if not outcomes:
+                log.warning("claim failed: %s", exc)
+                self._stop.wait(min(self.settings.poll_interval, RECONNECT_CAP))
+                return 0
             log.warning("acknowledge-and-claim failed (%s); doing them one by one", exc)
             self._acknowledge()
             return self._claim(free)
         del self._completions[: len(done)]
         del self._failures[: len(failed)]
-        self._count(exchange.completed, "succeeded")
-        self._count(exchange.failed, "failed")
-        self._start(exchange.claimed)
-        self.stats["claimed"] += len(exchange.claimed)
-        return len(exchange.claimed)
-
-    def _claim(self, free: int) -> int:
-        assert self.session is not None
-        try:
-            jobs = self.store.job_claim_many(
-                self.session.id,
-                queues=self.queues,
-                tasks=self.tasks,
-                limit=free,
-                take_suspect=self._may_take_suspect(),
-            )
-        except errors.SessionGone:
-            self._session_lost.set()
-            return 0
-        except errors.StoreError as exc:
-            log.warning("claim failed: %s", exc)
-            self._stop.wait(min(self.settings.poll_interval, RECONNECT_CAP))
-            return 0
-        self._start(jobs)
-        self.stats["claimed"] += len(jobs)
-        return len(jobs)
+        self._count(reply.completed, "succeeded")
+        self._count(reply.failed, "failed")
+        self._start(reply.claimed)
+        self.stats["claimed"] += len(reply.claimed)
+        return len(reply.claimed)
 
     def _may_take_suspect(self) -> bool:
         """At most one suspect at a time in the process: a suspect may be the job that
@@ -446,9 +472,9 @@ class Worker(TurnsAhead):
     def _start(self, jobs: Sequence[JobRecord]) -> None:
         """Start claimed jobs, each on its task's runner: those of the thread pool are
         handed to it together (one look at its lock, one thread called for them all)."""
-        get, store, wake = self.app.registry.get, self.store, self._stream_wake.set
+        get, sink, wake = self.app.registry.get, self._sink, self._stream_wake.set
         handles = [
-            Handle(job=job, task=get(job.task), ctx=Context(job, store, on_flush_needed=wake))
+            Handle(job=job, task=get(job.task), ctx=Context(job, sink, on_flush_needed=wake))
             for job in jobs
         ]
         with self._lock:
@@ -645,7 +671,7 @@ class Worker(TurnsAhead):
             handles = list(self._running.values())
         for handle in handles:
             self._stop_job(handle, "the worker's session was lost")
-        cut = self.store.calls_cut("the worker's session was lost")
+        cut = self.link.cut("the worker's session was lost")
         if cut:
             log.warning("gave up %d database calls in flight", cut)
         self._outcomes.put(_Stop())
@@ -677,7 +703,7 @@ class Worker(TurnsAhead):
         self._session_lost.clear()
         if lost is not None:
             try:  # if the database still thinks it lives, release its claims at once
-                self.store.session_close(lost.id, lost=True)
+                self.link.close(lost.id, lost=True)
             except errors.StoreError as exc:
                 log.warning("could not close the lost session (it will expire): %s", exc)
         self._open_session()
@@ -745,7 +771,7 @@ class Worker(TurnsAhead):
                 # a stopped task may still run (a thread cannot be killed): its job is
                 # released, or ended where its retry_on_lost forbids another run
                 started = [handle.job.claim for handle in left]
-                released = self.store.session_close(self.session.id, started=started)
+                released = self.link.close(self.session.id, started=started)
                 log.info(
                     "session %s closed; %d unfinished jobs released", self.session.id, len(released)
                 )

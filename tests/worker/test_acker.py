@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ from plunder.acker import Acker
 from plunder.model import AckResult, Completion, ErrorInfo, Failure, JobSpec
 from plunder.states import Outcome, Status
 from plunder.store import Store
+from plunder.store.link import StoreLink
 from tests.store.helpers import claim, open_session
 
 
@@ -29,17 +30,11 @@ class Faulty:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
 
-    def _call(self, write: Callable[..., AckResult], batch: Any, **kw: Any) -> AckResult:
+    def job_exchange_many(self, *args: Any, **kw: Any) -> Any:
         self.calls += 1
         if self.fault is not None and self.calls <= self.faults:
             raise self.fault
-        return write(batch, **kw)
-
-    def job_complete_many(self, batch: Any, **kw: Any) -> AckResult:
-        return self._call(self.store.job_complete_many, batch, **kw)
-
-    def job_fail_many(self, batch: Any, **kw: Any) -> AckResult:
-        return self._call(self.store.job_fail_many, batch, **kw)
+        return self.store.job_exchange_many(*args, **kw)
 
 
 class Counted:
@@ -57,14 +52,23 @@ def stop() -> Iterator[threading.Event]:
     event.set()
 
 
+SESSION: dict[int, str] = {}  # the session results() claimed under, by store
+
+
 def acker(store: Any, stop: threading.Event, counted: Counted) -> Acker:
-    return Acker(store, stopped=stop.is_set, counted=counted)
+    """Results written under the session of the last ``results()`` on that store."""
+    real = getattr(store, "store", store)
+    return Acker(
+        StoreLink(store), session=lambda: SESSION[id(real)], stopped=stop.is_set, counted=counted
+    )
 
 
 def results(store: Store, count: int) -> tuple[list[Completion], list[Failure]]:
     """Claims ``count`` jobs; half of them succeed, the other half fail for good."""
     store.job_enqueue_many([JobSpec("t", [i]) for i in range(count)])
-    jobs = claim(store, open_session(store), limit=count)
+    session = open_session(store)
+    SESSION[id(store)] = session.id
+    jobs = claim(store, session, limit=count)
     info = ErrorInfo("ValueError", "no", None)
     half = count // 2
     done = [Completion(job.claim, job.args[0]) for job in jobs[:half]]

@@ -1,0 +1,141 @@
+"""The worker protocol: the only thing a worker needs from wherever its jobs live.
+
+```
+ worker                                         where the jobs live (the SQL store, a gateway)
+   open(Hello) ──────────────────────────────▶  a session: name, host, queues, tasks, slots
+   heartbeat(Beat) ──────────────────────────▶  running claims in; claims to stop, alive out
+   exchange(session, outcomes, ClaimRequest) ▶  results of finished attempts in (each fenced
+                                                by its claim); at most N new jobs out
+   append(claim, events) ────────────────────▶  stream events and progress, fenced
+   next_due(ClaimRequest) ───────────────────▶  seconds until the next delayed job is due
+   close(session, started) ──────────────────▶  its unfinished jobs given back at once
+```
+
+Every call is one request and one answer, with values only (nothing of a driver crosses
+it), so that it can be spoken over HTTP unchanged. A worker's loop is written against this
+protocol alone; ``plunder.store.link.StoreLink`` speaks it to the SQL store, and a test
+double lets the loop be tested without a database.
+
+Some transports can keep several exchanges in flight on one connection (PostgreSQL's
+pipeline mode): ``pipe()`` gives one, or None, and the worker then makes one exchange at a
+time (depth 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from plunder.model import (
+    AckResult,
+    Claim,
+    Completion,
+    Failure,
+    Heartbeat,
+    JobRecord,
+    Session,
+    TaskInfo,
+)
+
+MAX_CLAIM = 10_000  # the most jobs one exchange may claim
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """A worker opening a session: who it is, what it serves, how many slots are free."""
+
+    name: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    tasks: tuple[TaskInfo, ...]
+    expiry: float  # seconds without a heartbeat after which the session is gone
+    free_slots: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """At most ``limit`` pending jobs of these queues and tasks, best first; a suspect (a
+    job whose workers kept dying) only if ``take_suspect``."""
+
+    queues: tuple[str, ...]
+    tasks: tuple[str, ...]
+    limit: int
+    take_suspect: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.limit, bool) or not 0 <= self.limit <= MAX_CLAIM:
+            raise ValueError(f"a claim's limit must be from 0 to {MAX_CLAIM}, not {self.limit!r}")
+        if self.limit and not (self.queues and self.tasks):
+            raise ValueError("a claim names at least one queue and one task")
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """An attempt given back unstarted (its claim's answer was lost, or the worker never
+    ran it): the job goes back to the queue, the attempt not counted."""
+
+    claim: Claim
+
+
+# One type per kind of outcome of an attempt: it succeeded, it failed (or timed out, or
+# was stopped: ``Failure.outcome``), or it was given back.
+Outcome = Completion | Failure | Release
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """A heartbeat: the claims whose tasks the worker runs, and its free slots."""
+
+    session_id: str
+    running: tuple[Claim, ...] = ()
+    free_slots: int | None = None
+
+
+NONE = AckResult((), ())
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What one exchange did: the outcomes written (each accepted, or refused as stale by
+    its claim's fence), and the jobs it claimed, best first."""
+
+    completed: AckResult = NONE
+    failed: AckResult = NONE
+    released: AckResult = NONE
+    claimed: tuple[JobRecord, ...] = ()
+
+
+class WorkerProtocol(Protocol):
+    """The operations a worker needs (see the module docstring). Each raises plunder's
+    store errors: ``SessionGone`` when the session is no more, ``StoreBusy`` /
+    ``StoreUnavailable`` for what may pass on a retry."""
+
+    def open(self, hello: Hello) -> Session: ...
+
+    def heartbeat(self, beat: Beat, *, via: Any = None) -> Heartbeat:
+        """``via``: a connection of the transport's own to use (the hub's), if any."""
+        ...
+
+    def exchange(
+        self, session_id: str, outcomes: Sequence[Outcome], claim: ClaimRequest | None
+    ) -> Reply: ...
+
+    def append(self, claim: Claim, events: Sequence[tuple[str, Any]]) -> None: ...
+
+    def next_due(self, request: ClaimRequest) -> float | None: ...
+
+    def close(
+        self, session_id: str, *, started: Sequence[Claim] = (), lost: bool = False
+    ) -> list[int]: ...
+
+    def cut(self, reason: str) -> int:
+        """Give up every call in flight (a lost session: each would be refused, and one
+        stuck on a hung peer would never come back); how many."""
+        ...
+
+    def pipe(self) -> Any:
+        """Exchanges sent ahead on one held connection (a ``plunder.store.base.TurnPipe``),
+        or None where this transport makes one at a time."""
+        ...

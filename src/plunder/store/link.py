@@ -1,0 +1,104 @@
+"""The worker protocol (plunder.protocol) spoken to the SQL store: each call one store
+operation, most of them one transaction.
+
+An exchange writes completions with ``effects`` first, each batch in a transaction of its
+own (their effects run in it), then the plain completions, the failures and the claim in
+one transaction (``job_exchange_many``), then the releases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from plunder.model import AckResult, Claim, Completion, ErrorInfo, Failure, Heartbeat, Session
+from plunder.protocol import NONE, Beat, ClaimRequest, Hello, Outcome, Release, Reply
+from plunder.store.base import Store, TurnPipe
+
+
+class StoreLink:
+    """A worker's protocol over ``store`` (see plunder.protocol.WorkerProtocol)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def open(self, hello: Hello) -> Session:
+        return self.store.session_open(
+            name=hello.name,
+            host=hello.host,
+            pid=hello.pid,
+            queues=hello.queues,
+            expiry=hello.expiry,
+            tasks=hello.tasks,
+            free_slots=hello.free_slots,
+        )
+
+    def heartbeat(self, beat: Beat, *, via: Any = None) -> Heartbeat:
+        return self.store.session_heartbeat(
+            beat.session_id, beat.running, free_slots=beat.free_slots, conn=via
+        )
+
+    def exchange(
+        self, session_id: str, outcomes: Sequence[Outcome], claim: ClaimRequest | None
+    ) -> Reply:
+        plain, effects, failures, releases = sort_outcomes(outcomes)
+        with_effects = self.store.job_complete_many(effects) if effects else NONE
+        if effects:  # those whose effects raised fail, in the turn below
+            failures += [
+                Failure(c, ErrorInfo.from_exception(exc), retry_delay=0.0)
+                for c, exc in with_effects.effect_errors
+            ]
+        request = claim or ClaimRequest((), (), 0)
+        turn = self.store.job_exchange_many(
+            plain,
+            failures,
+            session_id=session_id,
+            queues=request.queues,
+            tasks=request.tasks,
+            limit=request.limit,
+            take_suspect=request.take_suspect,
+        )
+        released = self.store.job_release_many(releases) if releases else NONE
+        completed = AckResult(
+            with_effects.accepted + turn.completed.accepted,
+            with_effects.stale + turn.completed.stale,
+        )
+        return Reply(completed, turn.failed, released, turn.claimed)
+
+    def append(self, claim: Claim, events: Sequence[tuple[str, Any]]) -> None:
+        self.store.stream_append(claim, events)
+
+    def next_due(self, request: ClaimRequest) -> float | None:
+        return self.store.job_next_due(queues=request.queues, tasks=request.tasks)
+
+    def close(
+        self, session_id: str, *, started: Sequence[Claim] = (), lost: bool = False
+    ) -> list[int]:
+        return self.store.session_close(session_id, started=started, lost=lost)
+
+    def cut(self, reason: str) -> int:
+        return self.store.calls_cut(reason)
+
+    def pipe(self) -> TurnPipe | None:
+        return self.store.turn_pipe()
+
+
+def sort_outcomes(
+    outcomes: Sequence[Outcome],
+) -> tuple[list[Completion], list[Completion], list[Failure], list[Claim]]:
+    """Outcomes by how they are written: plain completions, completions with effects,
+    failures, and the claims given back."""
+    plain: list[Completion] = []
+    effects: list[Completion] = []
+    failures: list[Failure] = []
+    releases: list[Claim] = []
+    for outcome in outcomes:
+        if isinstance(outcome, Completion):
+            (plain if outcome.effects is None else effects).append(outcome)
+        elif isinstance(outcome, Failure):
+            failures.append(outcome)
+        elif isinstance(outcome, Release):
+            releases.append(outcome.claim)
+        else:
+            raise TypeError(f"not an outcome: {outcome!r}")
+    return plain, effects, failures, releases

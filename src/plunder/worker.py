@@ -39,7 +39,7 @@ from typing import Any
 from plunder import errors, payload, policy
 from plunder.acker import ACK_BATCH, Acker
 from plunder.app import App
-from plunder.config import worker_deadlines
+from plunder.config import WorkerDeadlines
 from plunder.context import Context
 from plunder.execution import (
     AsyncRunner,
@@ -108,6 +108,11 @@ class WorkerOptions:
 
 class Worker(TurnsAhead):
     def __init__(self, app: App, options: WorkerOptions | None = None) -> None:
+        """A worker for ``app``'s tasks. Its store is opened with its connection budget
+        (``options.connections``) and deadlines (``deadlines``, see WorkerDeadlines): the
+        app's own store, if that is not open yet; else (the process enqueued or read
+        before, as a web app that also runs a worker does) a store of the worker's own on
+        the same database, closed when ``run()`` returns."""
         self.app = app
         self.options = options or WorkerOptions()
         if self.options.concurrency < 1:
@@ -117,17 +122,17 @@ class Worker(TurnsAhead):
         self.settings = app.settings
         self.name = self.options.name or f"{socket.gethostname()}:{os.getpid()}"
         self._app_name = f"plunder:worker:{self.name}"[:60]
-        with contextlib.suppress(errors.ConfigError):  # already open: keep what it has
-            # the connection budget: one for work (+1 for acknowledgements with parallel
-            # acks, see plunder.acker), one for the hub (+1 janitor, see there)
-            app.set_store_options(
-                pool_size=self.options.connections,
-                application_name=self._app_name,
-                **worker_deadlines(self.settings),
-            )
+        self.deadlines = WorkerDeadlines.of(self.settings)
         self.queues = list(self.options.queues or app.registry.queues())
         self.tasks = app.registry.names()
-        self.store: Store = app.store
+        # the connection budget: one for work (+1 for acknowledgements with parallel
+        # acks, see plunder.acker), one for the hub (+1 janitor, see there)
+        self.store: Store
+        self.store, self._owns_store = app.store_for(
+            pool_size=self.options.connections,
+            application_name=self._app_name,
+            **self.deadlines.store_options(),
+        )
         self._suspects_running = 0  # among self._running; the main thread counts them
         self.session: Session | None = None
         self.error: BaseException | None = None  # what ended run(), raised from a turn
@@ -167,7 +172,7 @@ class Worker(TurnsAhead):
         self._stream_wake = threading.Event()
         self._liveness = Liveness(
             self.store,
-            self.settings,
+            self.deadlines,
             session=lambda: self.session,
             quiet=lambda: self._session_lost.is_set() or self._closing,
             claims=self._held_claims,
@@ -205,7 +210,11 @@ class Worker(TurnsAhead):
             self.error = exc
             raise
         finally:
-            self._close()
+            try:
+                self._close()
+            finally:
+                if self._owns_store:
+                    self.store.close()
 
     def _free_slots(self) -> int:
         """The slots free for new jobs (none once stopping), as the session records them
@@ -262,7 +271,7 @@ class Worker(TurnsAhead):
                     host=socket.gethostname(),
                     pid=os.getpid(),
                     queues=self.queues,
-                    expiry=self.settings.session_expiry,
+                    expiry=self.deadlines.session_expiry,
                     tasks=self.app.registry.infos(),
                     free_slots=self._free_slots(),
                 )
@@ -278,14 +287,11 @@ class Worker(TurnsAhead):
 
     def _start_services(self) -> None:
         hub = self.app.hub
-        # a heartbeat gets half the session expiry (the server's statement_timeout on that
-        # connection): time enough on a slow database, and time left to renew on a fresh
-        # connection when the peer hangs
         self._unregister = [
             hub.every(
-                self.settings.heartbeat_interval,
+                self.deadlines.heartbeat_interval,
                 self._liveness.beat,
-                deadline=self.settings.session_expiry / 2,
+                deadline=self.deadlines.heartbeat_timeout,
             ),
             hub.on_work(self.queues, self._wake),
         ]

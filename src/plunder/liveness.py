@@ -13,6 +13,7 @@ The worker answers each finding through the callables it gives: it stops the cla
 database says are no longer current, and on a lost session stops every task and cuts every
 call in flight. Claims the database has running under the session but the worker did not
 report are kept here until the worker's main thread looks at them (``give_back``).
+Every interval and deadline named here is the worker's ``config.WorkerDeadlines``.
 """
 
 from __future__ import annotations

@@ -127,12 +127,12 @@ class Worker(TurnsAhead):
         self.tasks = app.registry.names()
         # the connection budget: one for work (+1 for acknowledgements with parallel
         # acks, see plunder.acker), one for the hub (+1 janitor, see there)
-        self.store: Store
-        self.store, self._owns_store = app.store_for(
+        store, self._owns_store = app.store_for(
             pool_size=self.options.connections,
             application_name=self._app_name,
             **self.deadlines.store_options(),
         )
+        self.store: Store = store
         self._suspects_running = 0  # among self._running; the main thread counts them
         self.session: Session | None = None
         self.error: BaseException | None = None  # what ended run(), raised from a turn

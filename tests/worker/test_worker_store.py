@@ -136,6 +136,11 @@ def test_a_worker_beside_an_open_app_store_runs_on_a_store_of_its_own(
     with running(worker):
         assert first.result(timeout=10) == 5
         assert app.enqueue("add", [4, 5]).result(timeout=10) == 9
+        # its heartbeats, on the app's hub, renew the session the worker's store opened
+        wait_for(
+            lambda: [s.heartbeat_at > s.started_at for s in app.store.session_list()] == [True],
+            what="a heartbeat",
+        )
         assert closed == []
     assert closed == [worker.store]
     if postgres:

@@ -69,14 +69,31 @@ class App:
         """The store, opened on first use (and migrated, unless ``auto_migrate=False``)."""
         with self._lock:
             if self._store is None:
-                store = open_store(self.settings.url, create=self.create, **self._store_options)
-                try:
-                    store.migrate() if self.auto_migrate else store.schema_check()
-                except BaseException:
-                    store.close()
-                    raise
-                self._store = store
+                self._store = self._open(self._store_options)
             return self._store
+
+    def _open(self, options: dict[str, Any]) -> Store:
+        store = open_store(self.settings.url, create=self.create, **options)
+        try:
+            store.migrate() if self.auto_migrate else store.schema_check()
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def store_for(self, **options: Any) -> tuple[Store, bool]:
+        """A store with these options over the app's store options, for a component that
+        needs them (a worker's connection budget and deadlines), and whether the caller
+        owns it. If the app's store is not open yet, it is opened now with them and shared
+        (False: the app closes it). If it is open already (the process enqueued or read
+        before), its options cannot change under its users: a store of the caller's own
+        is opened on the same database (True: the caller closes it)."""
+        with self._lock:
+            if self._store is None:
+                self._store_options.update(options)
+                self._store = self._open(self._store_options)
+                return self._store, False
+        return self.another_store(**options), True
 
     def another_store(self, **options: Any) -> Store:
         """A store of its own on the app's database (the schema checked, or migrated, once,
@@ -98,7 +115,7 @@ class App:
                     listen=self.settings.listen,
                     application_name=self._store_options.get("application_name", "plunder")
                     + ":listen",
-                    statement_timeout=self.settings.session_expiry / 2,
+                    statement_timeout=config.WorkerDeadlines.of(self.settings).heartbeat_timeout,
                 )
             return self._hub
 

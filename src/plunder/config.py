@@ -97,24 +97,82 @@ def load(environ: Mapping[str, str] | None = None, **overrides: object) -> Setti
     return Settings(**values)  # type: ignore[arg-type]
 
 
-def worker_deadlines(settings: Settings) -> dict[str, float]:
-    """Deadlines of the worker's own database calls (claims, acknowledgements, streams;
-    heartbeats get theirs from the hub, the janitor's passes from the janitor): a peer
-    that hangs instead of failing would otherwise hold the calling thread for good.
-    Two session expiries are long for a database that still answers, however slowly
-    (a session lost meanwhile cuts every call in flight anyway). A connection that
-    takes longer than a session expiry to open is no use (the driver's minimum is 2 s):
-    after an outage, a connect attempt that started while the database was out of reach
-    must not hold up the recovery for long.
+@dataclass(frozen=True, slots=True)
+class WorkerDeadlines:
+    """Every deadline a worker keeps, derived from its settings here and nowhere else.
 
-    On the server's side, a transaction of this worker left idle for two session
-    expiries (its worker hung, or cut off in the middle of it) is ended, so that its
-    row locks cannot keep its jobs from being rescued for good; RELIABILITY.md
-    recommends the same for the server (10 s with the default 5 s expiry). A task's
-    own ``ctx.transaction()`` must not sit idle that long either."""
-    expiry = settings.session_expiry
-    return {
-        "call_timeout": 2 * expiry,
-        "connect_timeout": max(2.0, expiry),
-        "idle_timeout": 2 * expiry,
-    }
+    ```
+     sent ─ heartbeat ─ heartbeat ─ ··· (interval apart)
+       │        ├─ renewal: a busy answer is sent again until the next heartbeat is due
+       │        └─ heartbeat_timeout (expiry / 2): the heartbeat call is cut
+       ├─ slow_after (2 intervals): "database slow or unreachable", said once
+       ├─ session_expiry: no renewal sent since: the session is judged lost
+       └─ call_timeout, idle_timeout (2 expiries): any other call, an idle transaction
+    ```
+
+    - ``heartbeat_interval``: how often the session is renewed (a setting).
+    - ``renewal_window`` (one interval): a heartbeat answered "busy" is sent again until
+      the next one is due; a few busy answers must not cost a healthy worker its session.
+    - ``heartbeat_timeout`` (half the expiry; also the server's ``statement_timeout`` on
+      the hub's connection): time enough on a slow database, and half an expiry left to
+      renew on a fresh connection when the peer hangs.
+    - ``session_expiry``: the database judges a session dead when not renewed for this
+      long by its clock; the watchdog judges the same by this process's clock, counted
+      from when the last renewal was *sent*, so the worker gives up first.
+    - ``watch_period`` (half an interval): how often the watchdog looks.
+    - ``slow_after`` (two intervals): renewals missing this long are news.
+    - ``call_timeout`` (two expiries): claims, acknowledgements and streams of a database
+      that still answers, however slowly, finish; a peer that hangs cannot hold a thread
+      for good (a lost session cuts every call in flight sooner anyway).
+    - ``idle_timeout`` (two expiries): the server ends a transaction of this worker left
+      idle that long (worker hung, or cut off in it), so its row locks cannot keep its
+      jobs from being rescued; a task's ``ctx.transaction()`` must not idle that long.
+    - ``connect_timeout`` (one expiry, at least the driver's 2 s): a connect attempt
+      started during an outage must not hold up the recovery.
+    - ``janitor_timeout`` (the lease TTL): a janitor's call or idle transaction past it is
+      ended; by then its lease has run out and a successor must not wait on it.
+    """
+
+    heartbeat_interval: float
+    renewal_window: float
+    heartbeat_timeout: float
+    session_expiry: float
+    watch_period: float
+    slow_after: float
+    call_timeout: float
+    idle_timeout: float
+    connect_timeout: float
+    janitor_timeout: float
+
+    @classmethod
+    def of(cls, settings: Settings) -> WorkerDeadlines:
+        interval, expiry = settings.heartbeat_interval, settings.session_expiry
+        return cls(
+            heartbeat_interval=interval,
+            renewal_window=interval,
+            heartbeat_timeout=expiry / 2,
+            session_expiry=expiry,
+            watch_period=interval / 2,
+            slow_after=2 * interval,
+            call_timeout=2 * expiry,
+            idle_timeout=2 * expiry,
+            connect_timeout=max(2.0, expiry),
+            janitor_timeout=settings.lease_ttl,
+        )
+
+    def store_options(self) -> dict[str, float]:
+        """The deadlines of the worker's store (PostgreSQL; SQLite ignores them)."""
+        return {
+            "call_timeout": self.call_timeout,
+            "connect_timeout": self.connect_timeout,
+            "idle_timeout": self.idle_timeout,
+        }
+
+    def janitor_store_options(self) -> dict[str, float]:
+        """The deadlines of a janitor's own store: every pass checks its lease with ``FOR
+        SHARE``, so a takeover waits on a pass left open by a holder that never returns."""
+        return {
+            "call_timeout": self.janitor_timeout,
+            "connect_timeout": self.connect_timeout,
+            "idle_timeout": self.janitor_timeout,
+        }

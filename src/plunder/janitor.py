@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from plunder import errors
-from plunder.config import Settings
+from plunder.config import Settings, WorkerDeadlines
 from plunder.model import Lease, SweepResult
 from plunder.store import open_store
 from plunder.store.base import Store
@@ -40,29 +40,12 @@ log = logging.getLogger("plunder.janitor")
 LEASE_NAME = "plunder.janitor"
 
 
-def store_options(settings: Settings) -> dict[str, float]:
-    """Deadlines for a janitor's own store (PostgreSQL; SQLite ignores them).
-
-    Every pass checks its lease with ``FOR SHARE``, so a takeover waits for a pass in
-    progress to end. A holder paused or cut off in the middle of one would make every
-    successor wait for as long as the server keeps that transaction, which, for a client
-    that never comes back, is forever. So the server ends a janitor's transaction left idle
-    for a lease TTL (by then its lease has run out anyway and its writes would be refused),
-    and a janitor call that has no answer after a lease TTL is cut for the same reason."""
-    ttl = settings.lease_ttl
-    return {
-        "call_timeout": ttl,
-        "idle_timeout": ttl,
-        "connect_timeout": max(2.0, settings.session_expiry),
-    }
-
-
 def own_store(settings: Settings, application_name: str) -> Callable[[], Store]:
     """How a janitor inside a worker opens a store of its own (one connection, open only
     while it holds the lease)."""
 
     def open_own() -> Store:
-        options = store_options(settings)
+        options = WorkerDeadlines.of(settings).janitor_store_options()
         return open_store(settings.url, pool_size=1, application_name=application_name, **options)
 
     return open_own

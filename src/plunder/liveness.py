@@ -13,6 +13,7 @@ The worker answers each finding through the callables it gives: it stops the cla
 database says are no longer current, and on a lost session stops every task and cuts every
 call in flight. Claims the database has running under the session but the worker did not
 report are kept here until the worker's main thread looks at them (``give_back``).
+Every interval and deadline named here is the worker's ``config.WorkerDeadlines``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from plunder import errors, policy
-from plunder.config import Settings
+from plunder.config import WorkerDeadlines
 from plunder.model import Claim, Heartbeat, Session
 from plunder.protocol import Beat, Release, WorkerProtocol
 
@@ -35,7 +36,7 @@ class Liveness:
     def __init__(
         self,
         link: WorkerProtocol,
-        settings: Settings,
+        deadlines: WorkerDeadlines,
         *,
         session: Callable[[], Session | None],
         quiet: Callable[[], bool],
@@ -47,9 +48,10 @@ class Liveness:
         """``session()``: the session to keep (None while there is none); ``quiet()``: no
         heartbeat now (the session is lost already, or being closed); ``claims()``: the
         claims the worker holds; ``free()``: its free slots, recorded with each heartbeat.
-        ``stop`` and ``lost`` are called with what a heartbeat or the watchdog found."""
+        ``stop`` and ``lost`` are called with what a heartbeat or the watchdog found;
+        ``deadlines`` say when (see WorkerDeadlines)."""
         self.link = link
-        self.settings = settings
+        self.deadlines = deadlines
         self._session = session
         self._quiet = quiet
         self._claims = claims
@@ -73,7 +75,7 @@ class Liveness:
         except errors.StoreError as exc:
             silent = time.monotonic() - self.last_beat
             log.warning("heartbeat failed (%s); last renewed %.1fs ago", exc, silent)
-            if silent > self.settings.session_expiry:
+            if silent > self.deadlines.session_expiry:
                 log.error(
                     "session %s could not be renewed for longer than its expiry: "
                     "assuming it is gone",
@@ -147,7 +149,7 @@ class Liveness:
         deadlock) is sent again as a whole after the fixed busy interval, until the next
         heartbeat would be due: a few busy answers in a row must not cost a healthy worker
         its session. A lost connection is not retried here; the hub reconnects first."""
-        deadline = time.monotonic() + self.settings.heartbeat_interval
+        deadline = time.monotonic() + self.deadlines.renewal_window
         backoff = policy.BusyBackoff()
         while True:
             sent = time.monotonic()
@@ -169,13 +171,14 @@ class Liveness:
 
         Two heartbeat intervals without a renewal are already news, said once: a database
         that hangs gives no error to log, and its calls are only cut at their deadlines."""
-        interval, expiry = self.settings.heartbeat_interval, self.settings.session_expiry
+        deadlines = self.deadlines
+        interval, expiry = deadlines.heartbeat_interval, deadlines.session_expiry
         warned = None  # the renewal after which we said so
-        while not stop.wait(interval / 2):
+        while not stop.wait(deadlines.watch_period):
             last = self.last_beat
             silent = time.monotonic() - last
             trusted = self._session() is not None and not self._quiet()
-            if trusted and warned != last and 2 * interval < silent <= expiry:
+            if trusted and warned != last and deadlines.slow_after < silent <= expiry:
                 warned = last
                 log.warning(
                     "database slow or unreachable: no heartbeat renewal for %.1fs "

@@ -39,7 +39,7 @@ from typing import Any
 from plunder import errors, payload, policy, protocol
 from plunder.acker import ACK_BATCH, Acker
 from plunder.app import App
-from plunder.config import worker_deadlines
+from plunder.config import WorkerDeadlines
 from plunder.context import Context, LinkSink, Sink
 from plunder.execution import (
     AsyncRunner,
@@ -67,7 +67,7 @@ from plunder.pool import ProcessRunner
 from plunder.protocol import ClaimRequest, Hello, WorkerProtocol
 from plunder.states import Outcome as RunOutcome
 from plunder.stopping import Stopping
-from plunder.store.base import TurnPipe
+from plunder.store.base import Store, TurnPipe
 from plunder.store.link import StoreLink
 from plunder.turns import TurnsAhead
 
@@ -112,9 +112,13 @@ class Worker(TurnsAhead):
         link: WorkerProtocol | None = None,
     ) -> None:
         """A worker for ``app``'s tasks. Its jobs come through ``link`` (the worker
-        protocol: plunder.protocol), by default the app's own database; with another link
-        there is no janitor and no wake-ups (the worker polls), and ``ctx.transaction()``
-        is refused (no database connection to give the task)."""
+        protocol: plunder.protocol), by default the app's database: its store is opened
+        with the worker's connection budget (``options.connections``) and deadlines
+        (``deadlines``, see WorkerDeadlines): the app's own store, if that is not open yet;
+        else (the process enqueued or read before, as a web app that also runs a worker
+        does) a store of the worker's own on the same database, closed when ``run()``
+        returns. With another link there is no janitor and no wake-ups (the worker polls),
+        and ``ctx.transaction()`` is refused (no database connection to give the task)."""
         self.app = app
         self.options = options or WorkerOptions()
         if self.options.concurrency < 1:
@@ -124,20 +128,24 @@ class Worker(TurnsAhead):
         self.settings = app.settings
         self.name = self.options.name or f"{socket.gethostname()}:{os.getpid()}"
         self._app_name = f"plunder:worker:{self.name}"[:60]
-        with contextlib.suppress(errors.ConfigError):  # already open: keep what it has
-            # the connection budget: one for work (+1 for turns sent ahead, see
-            # plunder.turns), one for the hub (+1 janitor, see there)
-            app.set_store_options(
-                pool_size=self.options.connections,
-                application_name=self._app_name,
-                **worker_deadlines(self.settings),
-            )
+        self.deadlines = WorkerDeadlines.of(self.settings)
         self.queues = list(self.options.queues or app.registry.queues())
         self.tasks = app.registry.names()
-        self._sql = link is None  # the app's own database: hub, janitor, transactions
-        self.link: WorkerProtocol = StoreLink(app.store) if link is None else link
+        self._sql = link is None  # the app's database: hub, janitor, transactions
+        self.store: Store | None = None
+        self._owns_store = False
+        if link is None:
+            # the connection budget: one for work (+1 for turns sent ahead, see
+            # plunder.turns), one for the hub (+1 janitor, see there)
+            self.store, self._owns_store = app.store_for(
+                pool_size=self.options.connections,
+                application_name=self._app_name,
+                **self.deadlines.store_options(),
+            )
+            link = StoreLink(self.store)
+        self.link: WorkerProtocol = link
         # where tasks' stream events and transactions go (see plunder.context)
-        self._sink: Sink = app.store if link is None else LinkSink(link)
+        self._sink: Sink = self.store if self.store is not None else LinkSink(link)
         self._suspects_running = 0  # among self._running; the main thread counts them
         self.session: Session | None = None
         self.error: BaseException | None = None  # what ended run(), raised from a turn
@@ -176,7 +184,7 @@ class Worker(TurnsAhead):
         self._stream_wake = threading.Event()
         self._liveness = Liveness(
             self.link,
-            self.settings,
+            self.deadlines,
             session=lambda: self.session,
             quiet=lambda: self._session_lost.is_set() or self._closing,
             claims=self._held_claims,
@@ -214,7 +222,11 @@ class Worker(TurnsAhead):
             self.error = exc
             raise
         finally:
-            self._close()
+            try:
+                self._close()
+            finally:
+                if self._owns_store and self.store is not None:
+                    self.store.close()
 
     def _free_slots(self) -> int:
         """The slots free for new jobs (none once stopping), as the session records them
@@ -273,7 +285,7 @@ class Worker(TurnsAhead):
                         pid=os.getpid(),
                         queues=tuple(self.queues),
                         tasks=tuple(self.app.registry.infos()),
-                        expiry=self.settings.session_expiry,
+                        expiry=self.deadlines.session_expiry,
                         free_slots=self._free_slots(),
                     )
                 )
@@ -307,9 +319,9 @@ class Worker(TurnsAhead):
             self._services.append(
                 threading.Thread(target=self._beat_loop, name="plunder-heartbeat", daemon=True)
             )
-        if self.options.janitor and self._sql:
+        if self.options.janitor and self.store is not None:
             janitor = Janitor(
-                self.app.store,
+                self.store,
                 self.settings,
                 holder=f"{self.name}:{id(self):x}",
                 own_store=own_store(self.settings, f"{self._app_name}:janitor"),
@@ -330,21 +342,18 @@ class Worker(TurnsAhead):
         if not self._sql:
             return []
         hub = self.app.hub
-        # a heartbeat gets half the session expiry (the server's statement_timeout on that
-        # connection): time enough on a slow database, and time left to renew on a fresh
-        # connection when the peer hangs
         return [
             hub.every(
-                self.settings.heartbeat_interval,
+                self.deadlines.heartbeat_interval,
                 self._liveness.beat,
-                deadline=self.settings.session_expiry / 2,
+                deadline=self.deadlines.heartbeat_timeout,
             ),
             hub.on_work(self.queues, self._wake),
         ]
 
     def _beat_loop(self) -> None:
         """Heartbeats over another link (no hub): every heartbeat_interval."""
-        while not self._services_stop.wait(self.settings.heartbeat_interval):
+        while not self._services_stop.wait(self.deadlines.heartbeat_interval):
             try:
                 self._liveness.beat(None)
             except Exception:  # a bug: logged, and the watchdog still guards the session

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from plunder import errors
-from plunder.config import Settings
-from plunder.janitor import LEASE_NAME, store_options
+from plunder.config import Settings, WorkerDeadlines
+from plunder.janitor import LEASE_NAME
 from plunder.store import Store, open_store
 from tests.chaos.chaosproxy import ChaosProxy
 
@@ -116,7 +116,7 @@ def test_a_pass_left_open_does_not_hold_up_a_takeover(store_url: str) -> None:
     limit its janitor store asks for, the server ends that transaction and a successor
     takes the expired lease instead of waiting for good."""
     settings = Settings(url=store_url, session_expiry=0.5, heartbeat_interval=0.1)
-    holder = open_store(store_url, **store_options(settings))
+    holder = open_store(store_url, **WorkerDeadlines.of(settings).janitor_store_options())
     other = open_store(store_url)
     try:
         lease = holder.lease_acquire(LEASE_NAME, "paused", settings.lease_ttl)

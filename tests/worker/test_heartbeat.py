@@ -50,7 +50,7 @@ def worker(store_url: str) -> Iterator[Worker]:
 
 def test_busy_heartbeats_are_sent_again(worker: Worker, monkeypatch: pytest.MonkeyPatch) -> None:
     flaky = Flaky(failures=2)
-    monkeypatch.setattr(worker.app.store, "session_heartbeat", flaky)
+    monkeypatch.setattr(worker.store, "session_heartbeat", flaky)
     beat, sent = worker._liveness.renew("s", [], Connection())
     assert beat.alive and len(flaky.calls) == 3
     assert sent == pytest.approx(flaky.calls[-1], abs=0.01)  # trust starts at the renewal
@@ -60,7 +60,7 @@ def test_busy_retries_stop_when_the_next_heartbeat_is_due(
     worker: Worker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     flaky = Flaky(failures=1000)
-    monkeypatch.setattr(worker.app.store, "session_heartbeat", flaky)
+    monkeypatch.setattr(worker.store, "session_heartbeat", flaky)
     started = time.monotonic()
     with pytest.raises(errors.StoreBusy):
         worker._liveness.renew("s", [], Connection())
@@ -70,7 +70,7 @@ def test_busy_retries_stop_when_the_next_heartbeat_is_due(
 
 def test_a_lost_connection_is_not_retried(worker: Worker, monkeypatch: pytest.MonkeyPatch) -> None:
     flaky = Flaky(failures=1)
-    monkeypatch.setattr(worker.app.store, "session_heartbeat", flaky)
+    monkeypatch.setattr(worker.store, "session_heartbeat", flaky)
     with pytest.raises(errors.StoreBusy):
         worker._liveness.renew("s", [], Connection(broken=True))
     assert len(flaky.calls) == 1

@@ -169,7 +169,7 @@ def test_a_claim_whose_answer_was_lost_goes_back_to_the_queue(store_url: str) ->
         job = tasks.add.enqueue(2, 2)
         session = worker.session
         assert session is not None
-        (lost,) = claim(worker.app.store, session, tasks=["add"])  # as if the answer were lost
+        (lost,) = claim(worker.store, session, tasks=["add"])  # as if the answer were lost
         assert lost.id == job.id
         wait_for(lambda: job.status == Status.PENDING, what="the claim given back")
         sleeper.cancel()
@@ -188,7 +188,7 @@ def test_a_job_due_now_but_not_claimed_is_claimed_again_at_once_then_left_to_the
     try:
         worker = Worker(tasks.app, WorkerOptions(concurrency=2))
         answers = iter([0.0, -0.2, -0.1, 3.0, 0.0])
-        worker.app.store.job_next_due = lambda **_: next(answers)  # type: ignore[method-assign]
+        worker.store.job_next_due = lambda **_: next(answers)  # type: ignore[method-assign]
         assert [worker._wait_time() for _ in range(5)] == [0.0, 5.0, 5.0, 3.0, 0.0]
     finally:
         tasks.app.close()

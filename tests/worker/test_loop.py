@@ -213,7 +213,7 @@ def test_a_worker_that_closed_its_session_cuts_nothing_on_a_later_heartbeat(
     cuts: list[str] = []
     beats: list[float] = []
     worker = Worker(app, WorkerOptions(concurrency=2))
-    monkeypatch.setattr(worker.app.store, "calls_cut", lambda reason: cuts.append(reason) or 0)
+    monkeypatch.setattr(worker.store, "calls_cut", lambda reason: cuts.append(reason) or 0)
     beat = worker._liveness.beat
     monkeypatch.setattr(
         worker._liveness, "beat", lambda conn: beats.append(time.monotonic()) or beat(conn)

@@ -75,7 +75,7 @@ def test_a_return_value_other_than_the_committed_result_is_refused(
         job = tasks.returns_other.enqueue()
         assert job.result(timeout=20) == 1
         wait_for(lambda: "refused" in caplog.text, what="the refusal logged")
-        assert worker.app.store.job_get(job.id).status == Status.SUCCEEDED
+        assert worker.store.job_get(job.id).status == Status.SUCCEEDED
     (refusal,) = [r for r in caplog.records if "refused" in r.getMessage()]
     assert refusal.levelname == "ERROR"
     assert refusal.getMessage().startswith(f"job {job.id} returned 2, not the result its ")

@@ -82,7 +82,7 @@ def drained(worker: Worker, count: int) -> list[Any]:
 
 
 def running_claims(worker: Worker) -> set[Claim]:
-    return {j.claim for j in worker.app.store.job_list(status=Status.RUNNING, limit=500).jobs}
+    return {j.claim for j in worker.store.job_list(status=Status.RUNNING, limit=500).jobs}
 
 
 def test_a_busy_worker_sends_turns_ahead_and_runs_each_job_once(store_url: str) -> None:
@@ -124,7 +124,7 @@ def test_each_turn_carries_every_result_waiting_with_more_slots_than_ack_batch(
 
     if worker._pipe is not None:
         worker._pipe.send = watched(worker._pipe.send)  # type: ignore[method-assign]
-    store = worker.app.store
+    store = worker.store
     store.job_exchange_many = watched(store.job_exchange_many)  # type: ignore[method-assign]
     try:
         with running(worker):
@@ -187,7 +187,7 @@ def test_a_report_that_may_have_seen_the_turn_in_flight_waits_for_it(store_url: 
         jobs = tasks.sleepy.enqueue_many([(30,) for _ in range(4)])
         session = worker.session
         assert session is not None
-        (orphan,) = claim(worker.app.store, session, tasks=["sleepy"], limit=1)  # its answer lost
+        (orphan,) = claim(worker.store, session, tasks=["sleepy"], limit=1)  # its answer lost
         assert worker._send_turn(6)  # a claim of two (a third of the slots)
         wait_for(lambda: len(running_claims(worker)) == 3, what="the turn committed")
         in_flight = running_claims(worker) - {orphan.claim}
@@ -200,7 +200,7 @@ def test_a_report_that_may_have_seen_the_turn_in_flight_waits_for_it(store_url: 
         worker._give_back_unknown()  # now the report is acted on: the orphan goes back
         assert running_claims(worker) >= in_flight
         # (the turn sent ahead as the last was read may claim it again once it is back)
-        runs = worker.app.store.job_runs(orphan.id)
+        runs = worker.store.job_runs(orphan.id)
         assert [(r.attempt, r.outcome) for r in runs][:1] == [(orphan.attempt, Outcome.RELEASED)]
         assert orphan.claim not in running_claims(worker)
         for job in jobs:
@@ -231,7 +231,7 @@ def test_the_results_of_a_turn_cut_in_flight_go_out_with_the_next(store_url: str
         with psycopg.connect(store_url) as blocker:  # the turn waits on a row lock: in flight
             blocker.execute("SELECT 1 FROM plunder_jobs WHERE id = %s FOR UPDATE", (jobs[0].id,))
             assert worker._send_turn(12)  # the four results, and a claim of nothing
-            cutter = threading.Thread(target=worker.app.store.calls_cut, args=("cut by the test",))
+            cutter = threading.Thread(target=worker.store.calls_cut, args=("cut by the test",))
             cutter.start()
             cutter.join()
             assert worker._read_turn() == 0  # failed: "a turn failed", logged

@@ -122,7 +122,7 @@ def worker(
 @pass_state
 def janitor(state: State, /, **intervals: float | None) -> None:
     """Run only the janitor (reaping, timeouts, pruning) while holding its lease."""
-    from plunder.janitor import Janitor, store_options
+    from plunder.janitor import Janitor
 
     with user_errors():
         settings = config.load(url=state.url).with_overrides(**intervals)
@@ -131,7 +131,8 @@ def janitor(state: State, /, **intervals: float | None) -> None:
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         # its own deadlines, so that a pass it leaves open (paused, cut off) cannot hold
         # up a successor's takeover for good
-        store = open_store(state.url, **{**CLI_STORE, **store_options(settings)})
+        deadlines = config.WorkerDeadlines.of(settings).janitor_store_options()
+        store = open_store(state.url, **{**CLI_STORE, **deadlines})
         store.schema_check()
         try:
             Janitor(store, settings).run(stop)

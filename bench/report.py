@@ -42,7 +42,7 @@ FLEET_HEADERS = [
     "processes",
     "drain (jobs/s)",
     "ratio to best",
-    "idle CPU per process, mean / max (% of a core)",
+    "idle CPU per process, mean / max (% of a core; read in 10 ms ticks)",
     "connections per process, idle / draining: most (mean)",
     "enqueue took (s)",
 ]

@@ -27,9 +27,8 @@ SYSTEMS = [
 ]
 
 
-@pytest.mark.alone  # two PostgreSQL clusters' worth of processes: it starves its neighbours
-@pytest.mark.timeout(180)
-def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -> None:
+def tiny_run(tmp_path: Path, lines: list[str]) -> harness.Options:
+    """Every default scenario of SYSTEMS, one run, at tiny sizes."""
     sizes = harness.Sizes(
         jobs=300,
         rate=50.0,
@@ -42,8 +41,7 @@ def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -
         timeout=60.0,
         pool_jobs=100,
     )
-    lines: list[str] = []
-    options = harness.Options(
+    return harness.Options(
         quick=True,
         repeat=1,
         systems=SYSTEMS,
@@ -60,9 +58,16 @@ def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -
         },
         echo=lines.append,
     )
+
+
+@pytest.mark.alone  # two PostgreSQL clusters' worth of processes: it starves its neighbours
+@pytest.mark.timeout(180)
+def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -> None:
+    lines: list[str] = []
+    options = tiny_run(tmp_path, lines)
     assert harness.main(options) == 0
-    report = json.loads((tmp_path / "bench.json").read_text())
-    medians = report["medians"]
+    results = json.loads((tmp_path / "bench.json").read_text())
+    medians = results["medians"]
     expected = {
         "plunder_pg": ["enqueue", "drain_1", "drain_2", "depth_small", "depth_large", "pool"],
         "plunder_pg_process": ["pool"],
@@ -87,7 +92,7 @@ def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -
         rescue = medians[system]["rescue"]
         assert "error" not in rescue, (system, rescue)
         assert 0 < rescue["seconds"] < 20
-    assert {row["target"] for row in report["targets"]}
+    assert {row["target"] for row in results["targets"]}
     assert (tmp_path / "bench.md").read_text().startswith("| system |")
 
 

@@ -42,6 +42,8 @@ class Params:
     hold_jobs: int = 4
     rescue_cap: float = 90.0
     timeout: float = 600.0
+    batch: int = 0  # jobs per enqueue call where a scenario enqueues in batches
+    idle: float = 0.0  # seconds over which idle workers' CPU is read
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

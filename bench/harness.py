@@ -18,25 +18,28 @@ Scenarios:
   1 enqueue N no-op jobs with the system's fastest batch API
   2 drain N pre-enqueued no-op jobs with one worker process
   3 the same with two worker processes
-  4 enqueue→start latency, one idle worker, jobs arriving at 50/s
+  4 enqueue→start latency, one idle worker, jobs arriving one per enqueue at 50/s: from
+    just before the producer's enqueue call to the task's first line (both by
+    time.monotonic(), one clock for every process on the machine), and beside it
+    ``started_at - created_at`` as the database stamps them
   5 kill-to-rescue: SIGKILL a worker holding jobs, time until they run elsewhere
   6 drain 10,000 jobs (one worker) on top of 10,000 and of 1,000,000 jobs it must skip
   7 SQLite systems: enqueue N, drain N with one and with four worker processes
   8 1,000 no-op jobs through one worker with -c 8: tasks on threads vs its warm process pool
+  9 cost as the fleet grows: 1, 2, 4, 8 and 16 idle workers (-c 50 each), then 100,000
+    no-op jobs in batches of 1,000: drain rate, idle CPU and connections per process.
+    Long (minutes): run only when named, ``--scenarios 9``
 """
 
 from __future__ import annotations
 
 import json
 import os
-import platform
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import venv
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -44,10 +47,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULT_PREFIX, ROOT, Params, python_for
+from bench.environment import ensure_venv, machine
+from bench.report import markdown, median_of, print_tables, summary, targets
 
 RESULTS = ROOT / "bench" / "results"
-VENV = ROOT / "bench" / ".venv"
-PEER_PACKAGES = ["pgqueuer", "procrastinate", "dbos", "psycopg[binary]", "asyncpg", "uvloop"]
 
 # measurement name -> (runner measurement, parameter overrides)
 MEASUREMENTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -60,18 +63,22 @@ MEASUREMENTS: dict[str, tuple[str, dict[str, Any]]] = {
     "depth_small": ("depth", {"deep": "small"}),
     "depth_large": ("depth", {"deep": "large"}),
     "pool": ("pool", {}),
+    "first_line": ("first_line", {}),
+    **{f"fleet_{n}": ("fleet", {"workers": n}) for n in (1, 2, 4, 8, 16)},
 }
 PG_SCENARIOS = {
     "1": ["enqueue"],
     "2": ["drain_1"],
     "3": ["drain_2"],
-    "4": ["latency"],
+    "4": ["first_line", "latency"],
     "5": ["rescue"],
     "6": ["depth_small", "depth_large"],
 }
+# the peers' latency is their own database stamps only (no first-line measurement)
+PEER_SCENARIOS = {k: v for k, v in PG_SCENARIOS.items() if k != "6"} | {"4": ["latency"]}
 SQLITE_SCENARIOS = {
     "7": ["enqueue", "drain_1", "drain_4"],
-    "4": ["latency"],
+    "4": ["first_line", "latency"],
     "5": ["rescue"],
     "6": ["depth_small", "depth_large"],
 }
@@ -89,6 +96,8 @@ class System:
 
 
 POOL_SCENARIO = {"8": ["pool"]}  # pool_jobs no-op jobs, -c 8: threads vs the warm pool
+FLEET_SCENARIO = {"9": [f"fleet_{n}" for n in (1, 2, 4, 8, 16)]}
+NAMED_ONLY = frozenset(FLEET_SCENARIO)  # too long for every run: only when --scenarios names it
 SERIAL = "-c 100 --no-turns-ahead"
 SYSTEMS = {
     s.name: s
@@ -97,10 +106,11 @@ SYSTEMS = {
             "plunder_pg",
             "pg",
             False,
-            PG_SCENARIOS | POOL_SCENARIO,
+            PG_SCENARIOS | POOL_SCENARIO | FLEET_SCENARIO,
             "production defaults (fencing, run history, wake-ups, session expiry 5 s, "
             "janitor 1 s); worker `-c 300` (turns sent ahead, each claiming up to 100, a "
-            "third of the slots); scenario 8 with `-c 8`, tasks on threads",
+            "third of the slots); scenario 8 with `-c 8`, tasks on threads; scenario 9 "
+            "with `-c 50` per worker process",
         ),
         System(
             "plunder_pg_process",
@@ -132,21 +142,21 @@ SYSTEMS = {
             "pgqueuer",
             "pg",
             True,
-            {k: v for k, v in PG_SCENARIOS.items() if k != "6"},
+            PEER_SCENARIOS,
             "set by bench/systems/pgqueuer.py",
         ),
         System(
             "procrastinate",
             "pg",
             True,
-            {k: v for k, v in PG_SCENARIOS.items() if k != "6"},
+            PEER_SCENARIOS,
             "set by bench/systems/procrastinate.py",
         ),
         System(
             "dbos_pg",
             "pg",
             True,
-            {k: v for k, v in PG_SCENARIOS.items() if k != "6"},
+            PEER_SCENARIOS,
             "set by bench/systems/dbos.py",
             once=frozenset({"rescue"}),
         ),
@@ -189,6 +199,9 @@ class Sizes:
     rescue_cap: float = 90.0
     timeout: float = 900.0
     pool_jobs: int = 1_000
+    fleet_jobs: int = 100_000
+    fleet_batch: int = 1_000
+    fleet_idle: float = 5.0  # seconds of idleness over which each worker's CPU is read
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -201,6 +214,9 @@ class Sizes:
             rescue_cap=30.0,
             timeout=120.0,
             pool_jobs=100,
+            fleet_jobs=2_000,
+            fleet_batch=200,
+            fleet_idle=1.0,
         )
 
 
@@ -214,79 +230,6 @@ class Options:
     sizes: Sizes = field(default_factory=Sizes)
     extra: dict[str, Any] = field(default_factory=dict)  # per-run overrides (tests)
     echo: Callable[[str], None] = print
-
-
-# -- environment --------------------------------------------------------------------------
-def ensure_venv(echo: Callable[[str], None]) -> str | None:
-    """Create bench/.venv with the peers on first use; None when it works, else why not."""
-    python = VENV / "bin" / "python"
-    marker = VENV / ".peers-installed"
-    if marker.exists():
-        return None
-    echo(f"installing the peers into {VENV} (first use): {' '.join(PEER_PACKAGES)}")
-    try:
-        if not python.exists():
-            venv.create(VENV, with_pip=True)
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", *PEER_PACKAGES],
-            check=True,
-            timeout=900,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"could not install the peers into {VENV}: {exc}"
-    marker.write_text("\n".join(PEER_PACKAGES) + "\n")
-    return None
-
-
-def peer_versions() -> dict[str, str]:
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        return {}
-    out = subprocess.run(
-        [str(python), "-m", "pip", "list", "--format", "json"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    try:
-        listed = {p["name"].lower(): p["version"] for p in json.loads(out.stdout)}
-    except json.JSONDecodeError:
-        return {}
-    return {n: listed[n] for n in ("pgqueuer", "procrastinate", "dbos", "asyncpg") if n in listed}
-
-
-def machine(pg_version: str | None) -> dict[str, Any]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-        mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
-    except (OSError, ValueError, IndexError):
-        mem_kb = 0
-    import plunder
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-        return done.stdout.strip()
-
-    return {
-        "commit": git("rev-parse", "--short", "HEAD")
-        + (
-            " (+ uncommitted changes)"
-            if git("status", "--porcelain", "--untracked-files=no")
-            else ""
-        ),
-        "nproc": os.cpu_count(),
-        "cpu": cpu,
-        "ram_gib": round(mem_kb / 1024 / 1024, 1),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "postgresql": pg_version,
-        "plunder": getattr(plunder, "__version__", "?"),
-        "peers": peer_versions(),
-    }
 
 
 # -- one measurement ----------------------------------------------------------------------
@@ -340,6 +283,8 @@ def params_for(options: Options, measurement: str, url: str, workdir: Path) -> P
         p.workers = overrides["workers"]
     if measurement == "pool":
         p.jobs = sizes.pool_jobs
+    if measurement.startswith("fleet_"):
+        p.jobs, p.batch, p.idle = sizes.fleet_jobs, sizes.fleet_batch, sizes.fleet_idle
     if "deep" in overrides:
         p.jobs = sizes.depth_jobs
         p.deep = sizes.deep_small if overrides["deep"] == "small" else sizes.deep_large
@@ -375,187 +320,14 @@ def run_one(system: System, measurement: str, params: Params, log: Path) -> dict
     return {"error": f"the runner exited with {done.returncode} and no result (see {log})"}
 
 
-# -- medians and the table ----------------------------------------------------------------
-def median_of(results: list[dict[str, Any]]) -> dict[str, Any]:
-    good = [r for r in results if "error" not in r]
-    if not good:
-        return {"error": results[0]["error"] if results else "not run"}
-    out: dict[str, Any] = {"runs": len(good)}
-    for key in ("rate", "seconds", "p50", "p95", "p99"):
-        values = [r[key] for r in good if key in r]
-        if values:
-            out[key] = statistics.median(values)
-    if len(good) < len(results):
-        out["failed_runs"] = len(results) - len(good)
-    return out
-
-
-def cell(m: dict[str, Any] | None, measurement: str) -> str:
-    if m is None:
-        return "—"
-    if "error" in m:
-        return "n/a"
-    if measurement == "latency":
-        return f"{m['p50']:.1f} / {m['p95']:.1f} / {m['p99']:.1f}"
-    if measurement == "rescue":
-        return f"{m['seconds']:.1f}"
-    return f"{m['rate']:,.0f}"
-
-
-COLUMNS = [
-    ("enqueue", "enqueue (jobs/s)"),
-    ("drain_1", "drain, 1 proc (jobs/s)"),
-    ("drain_2", "drain, 2 procs (jobs/s)"),
-    ("drain_4", "drain, 4 procs (jobs/s)"),
-    ("latency", "enqueue→start p50/p95/p99 (ms)"),
-    ("rescue", "kill→rescue (s)"),
-    ("depth_small", "drain on small depth (jobs/s)"),
-    ("depth_large", "drain on large depth (jobs/s)"),
-    ("pool", "1,000 no-ops, -c 8 (jobs/s)"),
-]
-
-
-def targets(medians: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The issue's targets, each with what was measured and whether it is met."""
-
-    def get(system: str, measurement: str, key: str = "rate") -> float | None:
-        m = medians.get(system, {}).get(measurement)
-        return None if not m or "error" in m or key not in m else float(m[key])
-
-    rows: list[dict[str, Any]] = []
-
-    def ratio(name: str, a: float | None, b: float | None, goal: float, higher: bool = True):
-        value = None if a is None or b is None or b == 0 else a / b
-        met = None if value is None else (value >= goal if higher else value <= goal)
-        rows.append({"target": name, "value": value, "goal": goal, "unit": "×", "met": met})
-
-    def absolute(name: str, value: float | None, goal: float, unit: str, higher: bool = True):
-        met = None if value is None else (value >= goal if higher else value <= goal)
-        rows.append({"target": name, "value": value, "goal": goal, "unit": unit, "met": met})
-
-    for drain in ("drain_1", "drain_2"):
-        procs = drain[-1]
-        ratio(
-            f"plunder drain ({procs} proc) ≥ 2.0× PgQueuer",
-            get("plunder_pg", drain),
-            get("pgqueuer", drain),
-            2.0,
-        )
-    ratio(
-        "plunder enqueue ≥ 1.0× PgQueuer",
-        get("plunder_pg", "enqueue"),
-        get("pgqueuer", "enqueue"),
-        1.0,
-    )
-    for drain in ("drain_1", "drain_2"):
-        procs = drain[-1]
-        ratio(
-            f"plunder drain ({procs} proc) ≥ 0.5× raw bound (batch 100)",
-            get("plunder_pg", drain),
-            get("raw_pg", drain),
-            0.5,
-        )
-    # the same drains with a worker's options for short jobs (nothing turned off)
-    for system, flags in (("plunder_pg_serial", SERIAL),):
-        for drain in ("drain_1", "drain_2"):
-            procs = drain[-1]
-            mine = get(system, drain)
-            ratio(
-                f"plunder drain ({procs} proc, `{flags}`) ≥ 2.0× PgQueuer",
-                mine,
-                get("pgqueuer", drain),
-                2.0,
-            )
-            ratio(
-                f"plunder drain ({procs} proc, `{flags}`) ≥ 0.5× raw bound",
-                mine,
-                get("raw_pg", drain),
-                0.5,
-            )
-    ratio(
-        "latency p50 ≤ 1.5× raw LISTEN/NOTIFY bound",
-        get("plunder_pg", "latency", "p50"),
-        get("raw_pg", "latency", "p50"),
-        1.5,
-        higher=False,
-    )
-    absolute("latency p99 ≤ 8 ms", get("plunder_pg", "latency", "p99"), 8.0, "ms", higher=False)
-    absolute("rescue ≤ 10 s (defaults)", get("plunder_pg", "rescue", "seconds"), 10.0, "s", False)
-    ratio(
-        "depth: drain on large / small depth ≥ 0.8",
-        get("plunder_pg", "depth_large"),
-        get("plunder_pg", "depth_small"),
-        0.8,
-    )
-    ratio(
-        "SQLite depth: drain on large / small depth ≥ 0.8",
-        get("plunder_sqlite", "depth_large"),
-        get("plunder_sqlite", "depth_small"),
-        0.8,
-    )
-    absolute(
-        "SQLite drain, 1 proc ≥ 15,000 jobs/s", get("plunder_sqlite", "drain_1"), 15_000, "jobs/s"
-    )
-    absolute("SQLite enqueue ≥ 50,000 jobs/s", get("plunder_sqlite", "enqueue"), 50_000, "jobs/s")
-    return rows
-
-
-def print_tables(report: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(highlight=False)
-    console.width = max(console.width, 170)
-    medians = report["medians"]
-    sizes = report["options"]["sizes"]
-    table = Table(
-        title=f"plunder bench — medians of {report['options']['repeat']} runs; N = {sizes['jobs']:,}, "
-        f"depth: {sizes['depth_jobs']:,} jobs on {sizes['deep_small']:,} / {sizes['deep_large']:,}"
-    )
-    table.add_column("system")
-    used = [c for c in COLUMNS if any(c[0] in medians.get(s, {}) for s in medians)]
-    for _, title in used:
-        table.add_column(title, justify="right")
-    for system in medians:
-        table.add_row(system, *(cell(medians[system].get(key), key) for key, _ in used))
-    console.print(table)
-    goals = Table(title="targets")
-    for column in ("target", "measured", "met"):
-        goals.add_column(column)
-    for row in report["targets"]:
-        value = "n/a" if row["value"] is None else f"{row['value']:,.2f} {row['unit']}"
-        met = {True: "yes", False: "NO", None: "—"}[row["met"]]
-        goals.add_row(row["target"], value, met)
-    console.print(goals)
-    for note in report["notes"]:
-        console.print(f"• {note}", soft_wrap=True)
-
-
-def markdown(report: dict[str, Any]) -> str:
-    medians = report["medians"]
-    used = [c for c in COLUMNS if any(c[0] in medians.get(s, {}) for s in medians)]
-    lines = ["| system | " + " | ".join(t for _, t in used) + " |"]
-    lines.append("|---|" + "---:|" * len(used))
-    for system in medians:
-        lines.append(
-            f"| {system} | " + " | ".join(cell(medians[system].get(k), k) for k, _ in used) + " |"
-        )
-    lines += ["", "| target | measured | met |", "|---|---:|---|"]
-    for row in report["targets"]:
-        value = "n/a" if row["value"] is None else f"{row['value']:,.2f} {row['unit']}"
-        lines.append(
-            f"| {row['target']} | {value} | {({True: 'yes', False: '**no**', None: '—'})[row['met']]} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
 # -- the whole run ------------------------------------------------------------------------
 def plan(options: Options) -> list[tuple[System, str]]:
     chosen: list[tuple[System, str]] = []
     for name in options.systems:
         system = SYSTEMS[name]
         for scenario, measurements in system.scenarios.items():
-            if options.scenarios is None or scenario in options.scenarios:
+            named = options.scenarios is not None and scenario in options.scenarios
+            if named or (options.scenarios is None and scenario not in NAMED_ONLY):
                 chosen += [(system, m) for m in measurements]
     return chosen
 
@@ -573,11 +345,10 @@ def in_turn(work: list[tuple[System, str]], number: int) -> list[tuple[System, s
 def run(options: Options) -> dict[str, Any]:
     from tests.support import pgcluster
 
-    echo = options.echo
     notes: list[str] = []
     work = plan(options)
     if any(s.peer for s, _ in work):
-        problem = ensure_venv(echo)
+        problem = ensure_venv(options.echo)
         if problem:
             notes.append(problem)
             work = [(s, m) for s, m in work if not s.peer]
@@ -585,7 +356,6 @@ def run(options: Options) -> dict[str, Any]:
     log = folder / "bench.log"
     needs_pg = any(s.backend == "pg" for s, _ in work)
     cluster = pgcluster.create() if needs_pg else None  # no TEST_SETTINGS: fsync on
-    results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     pg_version = None
     try:
         if cluster is not None:
@@ -593,43 +363,60 @@ def run(options: Options) -> dict[str, Any]:
 
             with psycopg.connect(cluster.url(), autocommit=True) as conn:
                 pg_version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
-        databases = Databases(cluster, folder)
-        for number in range(options.repeat):
-            for system, measurement in in_turn(work, number):
-                if number > 0 and measurement in system.once:
-                    continue
-                url = databases.fresh(system, measurement)
-                params = params_for(options, measurement, url, folder)
-                params.extra.update(system.extra)
-                started = time.monotonic()
-                result = run_one(system, measurement, params, log)
-                databases.drop(url)
-                results.setdefault(system.name, {}).setdefault(measurement, []).append(result)
-                echo(
-                    f"run {number + 1}/{options.repeat} {system.name:15} {measurement:12} "
-                    f"{summary(result)}  ({time.monotonic() - started:.0f}s)"
-                )
+        results = measure_all(options, work, Databases(cluster, folder), log)
     finally:
         if cluster is not None:
             cluster.destroy()
+    return report_of(options, results, notes, machine(pg_version), log)
+
+
+def measure_all(
+    options: Options, work: list[tuple[System, str]], databases: Databases, log: Path
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Every run of the planned work, in turn; each measurement on a fresh database."""
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for number in range(options.repeat):
+        for system, measurement in in_turn(work, number):
+            if number > 0 and measurement in system.once:
+                continue
+            url = databases.fresh(system, measurement)
+            params = params_for(options, measurement, url, databases.folder)
+            params.extra.update(system.extra)
+            started = time.monotonic()
+            result = run_one(system, measurement, params, log)
+            databases.drop(url)
+            results.setdefault(system.name, {}).setdefault(measurement, []).append(result)
+            options.echo(
+                f"run {number + 1}/{options.repeat} {system.name:15} {measurement:12} "
+                f"{summary(result)}  ({time.monotonic() - started:.0f}s)"
+            )
+    return results
+
+
+def report_of(
+    options: Options,
+    results: dict[str, dict[str, list[dict[str, Any]]]],
+    notes: list[str],
+    machine_facts: dict[str, Any],
+    log: Path,
+) -> dict[str, Any]:
     medians = {
         system: {m: median_of(rs) for m, rs in by_measurement.items()}
         for system, by_measurement in results.items()
     }
     for system, by_measurement in medians.items():
-        for measurement, m in by_measurement.items():
-            if "error" in m:
-                notes.append(f"{system} {measurement}: {m['error']}")
+        notes += [f"{system} {m}: {r['error']}" for m, r in by_measurement.items() if "error" in r]
     for system in options.systems:
         if SYSTEMS[system].once:
             notes.append(
                 f"{system}: {', '.join(sorted(SYSTEMS[system].once))} measured in the first run "
                 "only (no automatic rescue at its defaults; see bench/RESULTS.md)"
             )
-    report = {
+    variants = {"plunder_pg_serial": SERIAL}
+    return {
         "command": "plunder bench " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else []),
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(pg_version),
+        "machine": machine_facts,
         "options": {
             "quick": options.quick,
             "repeat": options.repeat,
@@ -640,21 +427,10 @@ def run(options: Options) -> dict[str, Any]:
         "settings": {name: SYSTEMS[name].settings for name in options.systems},
         "runs": results,
         "medians": medians,
-        "targets": targets(medians),
+        "targets": targets(medians, variants),
         "notes": notes,
         "log": str(log),
     }
-    return report
-
-
-def summary(result: dict[str, Any]) -> str:
-    if "error" in result:
-        return f"error: {result['error']}"
-    if "p50" in result:
-        return f"p50 {result['p50']:.1f} ms, p95 {result['p95']:.1f} ms, p99 {result['p99']:.1f} ms"
-    if "rate" in result:
-        return f"{result['rate']:,.0f} jobs/s in {result['seconds']:.2f}s"
-    return f"{result.get('seconds', 0):.2f}s"
 
 
 def write(report: dict[str, Any], path: Path | None) -> Path:
@@ -672,6 +448,14 @@ def main(options: Options) -> int:
     unknown = [s for s in options.systems if s not in SYSTEMS]
     if unknown:
         options.echo(f"unknown system(s): {', '.join(unknown)}; choose from {', '.join(SYSTEMS)}")
+        return 2
+    known = {n for name in options.systems for n in SYSTEMS[name].scenarios}
+    strange = sorted(set(options.scenarios or ()) - known)
+    if strange:
+        options.echo(
+            f"unknown scenario(s) for these systems: {', '.join(strange)}; "
+            f"choose from {', '.join(sorted(known, key=int))}"
+        )
         return 2
     report = run(options)
     print_tables(report)

@@ -229,6 +229,37 @@ def latency(p: Params) -> dict[str, Any]:
     return percentiles([_epoch(s) - _epoch(c) for c, s in rows])  # type: ignore[operator]
 
 
+def first_line(p: Params) -> dict[str, Any]:
+    """One idle worker; jobs arrive one per enqueue at a steady rate. Enqueue→start as a
+    user sees it: from just before the producer's enqueue call to the task's first line,
+    both by time.monotonic() (the task returns its reading as the job's result)."""
+    app = _app(p.url)
+    clock = app.registry.get("bench.clock")
+    procs = _workers(p, 1, "bench.systems.plunder_app:app")
+    try:
+        wait_idle(procs, check=lambda: _sessions(app, 1))
+        time.sleep(0.5)
+        sent: list[tuple[float, Any]] = []
+        start = time.monotonic()
+        for i in range(int(p.rate * p.seconds)):
+            time.sleep(max(0.0, start + i / p.rate - time.monotonic()))
+            before = time.monotonic()
+            sent.append((before, clock.enqueue()))
+        began = [(job.result(timeout=p.timeout), before) for before, job in sent]
+    finally:
+        stop_all(procs)
+        app.close()
+    return percentiles([ran - before for ran, before in began])
+
+
+def fleet(p: Params) -> dict[str, Any]:
+    """Scenario 9 (bench.systems.plunder_fleet): ``workers`` idle worker processes, then
+    ``jobs`` no-op jobs in batches."""
+    from bench.systems import plunder_fleet
+
+    return plunder_fleet.fleet(p)
+
+
 def rescue(p: Params) -> dict[str, Any]:
     """A worker holds ``hold_jobs`` running jobs and is SIGKILLed; a second worker is
     already running. The time is from the kill until every one of those jobs has started
@@ -246,7 +277,8 @@ def rescue(p: Params) -> dict[str, Any]:
         wait_until(
             lambda: (
                 probe.scalar(
-                    f"SELECT count(*) FROM plunder_jobs WHERE id IN ({marks}) AND status = 'running'"
+                    f"SELECT count(*) FROM plunder_jobs WHERE id IN ({marks}) "
+                    "AND status = 'running'"
                 )
                 == len(ids)
             ),
@@ -331,4 +363,6 @@ SCENARIOS = {
     "latency": latency,
     "rescue": rescue,
     "depth": depth,
+    "first_line": first_line,
+    "fleet": fleet,
 }

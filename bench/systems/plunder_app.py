@@ -1,4 +1,5 @@
-"""bench.tasks' app plus a task that holds its slot, for the kill-to-rescue scenario."""
+"""bench.tasks' app plus a task that holds its slot, for the kill-to-rescue scenario, and
+one that reads the clock, for the enqueue→first-line latency."""
 
 from __future__ import annotations
 
@@ -6,9 +7,16 @@ import time
 
 from bench.tasks import app
 
-__all__ = ["app", "hold"]
+__all__ = ["app", "clock", "hold"]
 
 
 @app.task(name="bench.hold", retries=3)
 def hold(seconds: float) -> None:
     time.sleep(seconds)
+
+
+@app.task(name="bench.clock", retries=0)
+def clock() -> float:
+    """When this task's first line ran, by time.monotonic(): one clock for every process on
+    the machine, so the producer's own reading before its enqueue call compares with it."""
+    return time.monotonic()

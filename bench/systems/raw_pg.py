@@ -9,7 +9,9 @@ A worker claims a batch with one statement —
 
 — runs the no-op, and acknowledges the batch with one ``UPDATE … WHERE id = ANY(…)``; each
 statement is its own transaction (fsync on). Enqueue is one ``COPY`` plus a ``NOTIFY`` in
-the same transaction; idle workers wait on ``LISTEN``.
+the same transaction; idle workers wait on ``LISTEN``. The first-line latency's consumer
+(``seen_worker``) notes time.monotonic() once its claim returns, where plunder's task would
+run its first line.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ CREATE TABLE IF NOT EXISTS raw_jobs (
     run_at TIMESTAMPTZ NOT NULL DEFAULT statement_timestamp(),
     created_at TIMESTAMPTZ NOT NULL DEFAULT statement_timestamp(),
     started_at TIMESTAMPTZ,
-    finished_at TIMESTAMPTZ
+    finished_at TIMESTAMPTZ,
+    seen DOUBLE PRECISION  -- the first-line latency's consumer: time.monotonic() after its claim
 );
 CREATE INDEX IF NOT EXISTS raw_jobs_claim ON raw_jobs (queue, priority DESC, run_at, id)
     WHERE status = 'pending';
@@ -63,6 +66,11 @@ RETURNING id, args
 ACK = """
 UPDATE raw_jobs SET status = 'succeeded', finished_at = statement_timestamp()
 WHERE id = ANY(%s) AND status = 'running'
+"""
+ACK_SEEN = """
+UPDATE raw_jobs SET status = 'succeeded', finished_at = statement_timestamp(), seen = v.seen
+FROM unnest(%s::bigint[], %s::float8[]) AS v (id, seen)
+WHERE raw_jobs.id = v.id AND raw_jobs.status = 'running'
 """
 
 
@@ -94,6 +102,23 @@ def worker(url: str, batch: int) -> None:
         conn.execute(ACK, (done,))
 
 
+def seen_worker(url: str) -> None:
+    """The first-line bound's consumer: on a notification, claim with one UPDATE …
+    RETURNING, note time.monotonic() per claimed row, and store it with the row's
+    acknowledgement."""
+    conn = _connect(url)
+    listener = _connect(url)
+    listener.execute("LISTEN raw_jobs")
+    while True:
+        rows = conn.execute(CLAIM, (BATCH,)).fetchall()
+        if not rows:
+            for _ in listener.notifies(timeout=1.0, stop_after=1):
+                pass
+            continue
+        seen = [time.monotonic() for _ in rows]
+        conn.execute(ACK_SEEN, ([row[0] for row in rows], seen))
+
+
 def _enqueue(conn: psycopg.Connection[Any], count: int) -> None:
     with conn.transaction():
         with conn.cursor().copy("COPY raw_jobs (args) FROM STDIN") as copy:
@@ -111,8 +136,8 @@ def enqueue(p: Params) -> dict[str, Any]:
     return {"rate": p.jobs / elapsed, "seconds": elapsed, "jobs": p.jobs}
 
 
-def _workers(p: Params, count: int) -> list[Any]:
-    argv = [python_for(False), "-m", "bench.systems.raw_pg", "worker", p.url, str(BATCH)]
+def _workers(p: Params, count: int, kind: str = "worker") -> list[Any]:
+    argv = [python_for(False), "-m", "bench.systems.raw_pg", kind, p.url, str(BATCH)]
     return [spawn(argv, log=Path(p.workdir) / "worker.log") for _ in range(count)]
 
 
@@ -190,7 +215,8 @@ def latency(p: Params) -> dict[str, Any]:
         wait_until(
             lambda: (
                 conn.execute(
-                    "SELECT count(*) FROM raw_jobs WHERE id BETWEEN %s AND %s AND status = 'succeeded'",
+                    "SELECT count(*) FROM raw_jobs WHERE id BETWEEN %s AND %s "
+                    "AND status = 'succeeded'",
                     (low, high),
                 ).fetchone()[0]  # type: ignore[index]
                 == count
@@ -209,8 +235,51 @@ def latency(p: Params) -> dict[str, Any]:
     return percentiles([r[0] for r in rows])
 
 
-SCENARIOS = {"enqueue": enqueue, "drain": drain, "latency": latency, "depth": depth}
+def first_line(p: Params) -> dict[str, Any]:
+    """One idle consumer on LISTEN; each job is one INSERT + NOTIFY transaction. From just
+    before the producer's transaction to the consumer's time.monotonic() after its claim
+    (one clock for every process on the machine)."""
+    setup(p.url)
+    conn = _connect(p.url)
+    procs = _workers(p, 1, "seen-worker")
+    try:
+        wait_idle(procs)
+        time.sleep(0.5)
+        sent: dict[int, float] = {}
+        start = time.monotonic()
+        for i in range(int(p.rate * p.seconds)):
+            time.sleep(max(0.0, start + i / p.rate - time.monotonic()))
+            before = time.monotonic()
+            with conn.transaction():
+                row = conn.execute(
+                    "INSERT INTO raw_jobs (args) VALUES (%s) RETURNING id", (str(i),)
+                ).fetchone()
+                conn.execute("NOTIFY raw_jobs")
+            sent[row[0]] = before  # type: ignore[index]
+        query = "SELECT id, seen FROM raw_jobs WHERE id = ANY(%s) AND status = 'succeeded'"
+        rows: list[tuple[int, float]] = []
+
+        def all_seen() -> bool:
+            rows[:] = conn.execute(query, (list(sent),)).fetchall()
+            return len(rows) == len(sent)
+
+        wait_until(all_seen, timeout=p.timeout, what="the latency jobs")
+    finally:
+        stop_all(procs)
+        conn.close()
+    return percentiles([seen - sent[job] for job, seen in rows])
+
+
+SCENARIOS = {
+    "enqueue": enqueue,
+    "drain": drain,
+    "latency": latency,
+    "depth": depth,
+    "first_line": first_line,
+}
 
 if __name__ == "__main__":
     if sys.argv[1] == "worker":
         worker(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1] == "seen-worker":
+        seen_worker(sys.argv[2])

@@ -1,6 +1,7 @@
 """``plunder bench`` at tiny sizes, so that the benchmark cannot rot: plunder on both
-backends and the raw bounds (no peers, no virtualenv), every scenario they have, one run.
-The real measurement is ``plunder bench`` itself (bench/RESULTS.md)."""
+backends and the raw bounds (no peers, no virtualenv), every scenario they have by default,
+one run, and one process count of scenario 9 (which runs only when named). The real
+measurement is ``plunder bench`` itself (bench/RESULTS.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench import harness  # noqa: E402
+from bench import harness, report  # noqa: E402
 
 SYSTEMS = [
     "plunder_pg",
@@ -25,9 +26,8 @@ SYSTEMS = [
 ]
 
 
-@pytest.mark.alone  # two PostgreSQL clusters' worth of processes: it starves its neighbours
-@pytest.mark.timeout(180)
-def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -> None:
+def tiny_run(tmp_path: Path, lines: list[str]) -> harness.Options:
+    """Every default scenario of SYSTEMS, one run, at tiny sizes."""
     sizes = harness.Sizes(
         jobs=300,
         rate=50.0,
@@ -40,8 +40,7 @@ def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -
         timeout=60.0,
         pool_jobs=100,
     )
-    lines: list[str] = []
-    options = harness.Options(
+    return harness.Options(
         quick=True,
         repeat=1,
         systems=SYSTEMS,
@@ -58,9 +57,16 @@ def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -
         },
         echo=lines.append,
     )
+
+
+@pytest.mark.alone  # two PostgreSQL clusters' worth of processes: it starves its neighbours
+@pytest.mark.timeout(180)
+def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -> None:
+    lines: list[str] = []
+    options = tiny_run(tmp_path, lines)
     assert harness.main(options) == 0
-    report = json.loads((tmp_path / "bench.json").read_text())
-    medians = report["medians"]
+    results = json.loads((tmp_path / "bench.json").read_text())
+    medians = results["medians"]
     expected = {
         "plunder_pg": ["enqueue", "drain_1", "drain_2", "depth_small", "depth_large", "pool"],
         "plunder_pg_process": ["pool"],
@@ -75,14 +81,16 @@ def test_bench_produces_numbers_for_plunder_and_the_raw_bounds(tmp_path: Path) -
             assert "error" not in result, (system, measurement, result, lines)
             assert result["rate"] > 0
     for system in ("plunder_pg", "raw_pg", "plunder_sqlite"):
-        latency = medians[system]["latency"]
-        assert "error" not in latency, (system, latency)
-        assert 0 <= latency["p50"] <= latency["p95"] <= latency["p99"]
+        for measurement in ("latency", "first_line"):
+            latency = medians[system][measurement]
+            assert "error" not in latency, (system, measurement, latency)
+            assert 0 <= latency["p50"] <= latency["p95"] <= latency["p99"]
+    assert not any(m.startswith("fleet_") for m in medians["plunder_pg"])
     for system in ("plunder_pg", "plunder_sqlite"):
         rescue = medians[system]["rescue"]
         assert "error" not in rescue, (system, rescue)
         assert 0 < rescue["seconds"] < 20
-    assert {row["target"] for row in report["targets"]}
+    assert {row["target"] for row in results["targets"]}
     assert (tmp_path / "bench.md").read_text().startswith("| system |")
 
 
@@ -100,3 +108,71 @@ def test_each_run_goes_measurement_by_measurement_and_turns_the_systems() -> Non
         assert names[:3] == names[3:]
         firsts.append(names[0])
     assert firsts == ["plunder_pg", "raw_pg", "plunder_sqlite"]
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+@pytest.mark.timeout(120)
+def test_the_fleet_scenario_measures_drain_idle_cpu_and_connections(
+    empty_url: str, tmp_path: Path
+) -> None:
+    """One process count of scenario 9, through the runner as the harness starts it: two
+    real idle workers, then jobs in batches."""
+    sizes = harness.Sizes(fleet_jobs=400, fleet_batch=100, fleet_idle=0.5, timeout=60.0)
+    params = harness.params_for(harness.Options(sizes=sizes), "fleet_2", empty_url, tmp_path)
+    log = tmp_path / "bench.log"
+    result = harness.run_one(harness.SYSTEMS["plunder_pg"], "fleet_2", params, log)
+    assert "error" not in result, (result, log.read_text())
+    assert (result["workers"], result["jobs"], result["concurrency"]) == (2, 400, 50)
+    assert result["rate"] > 0
+    assert result["enqueue_seconds"] < result["seconds"]  # the drain ends after the enqueue
+    assert 0 <= result["idle_cpu"] <= result["idle_cpu_max"]
+    # each worker holds at least a connection for its work and one for its wake-ups
+    assert result["conns_idle"] >= 2
+    assert result["conns_drain_mean"] >= 2
+
+
+def test_the_fleet_scenario_runs_only_when_named() -> None:
+    default = harness.plan(harness.Options(systems=["plunder_pg"]))
+    assert default
+    assert not any(m.startswith("fleet_") for _, m in default)
+    named = harness.plan(harness.Options(systems=["plunder_pg"], scenarios=["9"]))
+    assert [m for _, m in named] == ["fleet_1", "fleet_2", "fleet_4", "fleet_8", "fleet_16"]
+
+
+def test_a_scenario_no_chosen_system_has_is_refused() -> None:
+    lines: list[str] = []
+    options = harness.Options(systems=["raw_pg"], scenarios=["9"], echo=lines.append)
+    assert harness.main(options) == 2
+    assert lines == ["unknown scenario(s) for these systems: 9; choose from 1, 2, 3, 4, 6"]
+
+
+def test_the_fleet_targets_compare_each_count_with_the_best() -> None:
+    def count(workers: int, rate: float, idle_most: float, conns: int) -> dict[str, float]:
+        return {
+            "workers": workers,
+            "rate": rate,
+            "idle_cpu": idle_most / 2,
+            "idle_cpu_max": idle_most,
+            "conns_idle": conns,
+            "conns_drain": conns,
+        }
+
+    medians = {
+        "plunder_pg": {
+            "fleet_1": count(1, 10_000, 0.4, 3),
+            "fleet_2": count(2, 8_500, 0.6, 3),
+            "fleet_16": count(16, 7_000, 0.8, 3),
+        }
+    }
+    rows = {row["target"]: row for row in report.targets(medians, {})}
+    fleet = {name: row for name, row in rows.items() if name.startswith("fleet:")}
+    assert [(r["value"], r["met"]) for r in fleet.values()] == [
+        (1.0, True),
+        (0.85, True),
+        (0.7, False),
+        (0.8, True),  # the idle CPU: the most of any process, any count
+        (3.0, True),  # connections per worker
+    ]
+    medians["plunder_pg"]["fleet_2"] |= {"idle_cpu_max": 1.0, "conns_drain": 4}
+    rows = {row["target"]: row for row in report.targets(medians, {})}
+    assert [r["met"] for n, r in rows.items() if n.startswith("fleet:")][-2:] == [False, False]

@@ -41,7 +41,11 @@ def demo(state: State, workers: int, job_count: int, as_json: bool) -> None:
 @click.option("--quick", is_flag=True, help="Tiny sizes: checks that it works, measures nothing.")
 @click.option("--repeat", type=click.IntRange(1, 100), default=3, show_default=True)
 @click.option("--systems", default=None, help="Comma-separated systems (default: all).")
-@click.option("--scenarios", default=None, help="Comma-separated scenario numbers 1-8.")
+@click.option(
+    "--scenarios",
+    default=None,
+    help="Comma-separated scenario numbers 1-9 (9, the fleet, runs only when named).",
+)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def bench(
     quick: bool, repeat: int, systems: str | None, scenarios: str | None, json_path: str | None

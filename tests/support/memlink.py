@@ -201,10 +201,10 @@ class MemoryLink:
             key=lambda j: (-j.priority, j.id),
         )[: request.limit]
         claimed = []
-        for job in pending:
+        for waiting in pending:
             job = replace(
-                job, status=Status.RUNNING, attempt=job.attempt + 1, session_id=session_id,
-                started_at=_now(),
+                waiting, status=Status.RUNNING, attempt=waiting.attempt + 1,
+                session_id=session_id, started_at=_now(),
             )  # fmt: skip
             self.jobs[job.id] = job
             claimed.append(job)

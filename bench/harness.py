@@ -98,7 +98,7 @@ class System:
 POOL_SCENARIO = {"8": ["pool"]}  # pool_jobs no-op jobs, -c 8: threads vs the warm pool
 FLEET_SCENARIO = {"9": [f"fleet_{n}" for n in (1, 2, 4, 8, 16)]}
 NAMED_ONLY = frozenset(FLEET_SCENARIO)  # too long for every run: only when --scenarios names it
-SERIAL = "-c 100 --no-turns-ahead"
+SERIAL = "-c 100 --depth 1"
 SYSTEMS = {
     s.name: s
     for s in [
@@ -126,7 +126,7 @@ SYSTEMS = {
             "pg",
             False,
             {k: v for k, v in PG_SCENARIOS.items() if k in ("2", "3")},
-            "as plunder_pg, with `-c 100 --no-turns-ahead`: one turn at a time, each "
+            "as plunder_pg, with `-c 100 --depth 1`: one turn at a time, each "
             "claiming as many jobs as there are free slots (2 connections per worker "
             "instead of 3; the default before turns were sent ahead)",
             extra=(("worker_args", SERIAL.split()),),

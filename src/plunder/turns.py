@@ -1,156 +1,271 @@
-"""A worker's turns sent ahead (PostgreSQL): the part of the worker's loop that keeps its
-turns going on the store's TurnPipe (see plunder.store.pgturn), up to three in flight.
+"""A worker's turns: the results of its finished jobs out, new jobs in, over the worker
+protocol (plunder.protocol), with up to ``depth`` turns in flight.
 
 ```
- worker:    read N ─ start N's jobs ─ their outcomes ─ send N+3 ─ read N+1 ─ start … ─ send N+4
- database:  … runs N+1 …………………………………… runs N+2 (queued already) ……………………… runs N+3 (queued) …
+ depth 1:   exchange(results, claim) ─ start its jobs ─ outcomes ─ exchange(…) ─ …
+ depth 3:   worker    read N ─ start N's jobs ─ outcomes ─ send N+3 ─ read N+1 ─ start …
+ (a pipe)   database  … runs N+1 ……………………………… runs N+2 (queued already) ……… runs N+3 …
 ```
 
-While the turns come back full, the worker sends the next one before it waits for the
-oldest in flight, as soon as the outcomes of the jobs it started leave slots for a full
-claim: the database then has it queued when it finishes the one before, and goes from
-turn to turn without waiting for the worker in between. A turn comes back committed; its
-jobs start only then. A turn claims at most a third of the slots (a share: one for each turn
-the pipe may have in flight), less what the turns in flight may claim, so that the jobs
-running and the claims on their way never exceed the slots. With three shares the database
-has two turns of this worker's to run while the worker runs one share's jobs; with two
-shares it had one, and ran dry whenever the worker, sharing the machine's cores with it,
-was slow to finish them and send the next (docs/decisions/0004-turns-sent-ahead.md).
-A turn that fails — and with it those after it, on the same connection — has its
-results sent again (an acknowledgement that committed already is accepted again); claims
-that did commit are given back once the heartbeat reports them (see plunder.liveness).
+One turn at a time, the worker waits for each exchange; that is all a link without a pipe
+(SQLite, a gateway) offers. Where the link has a pipe (PostgreSQL's pipeline mode:
+plunder.store.pgturn), a busy worker sends its next turn before it waits for the oldest in
+flight, as soon as the outcomes of the jobs it started leave slots for a full claim: the
+database then goes from turn to turn without waiting for the worker in between. A turn
+comes back committed; its jobs start only then. A turn claims at most a share of the slots
+(one for each turn that may be in flight), less what the turns in flight may claim, so
+that the jobs running and the claims on their way never exceed the slots
+(docs/decisions/0004-turns-sent-ahead.md).
+
+A turn sent ahead carries only plain completions: failures, and the results of a turn
+that failed, go the ordinary way once none is in flight. A turn that fails — and with it
+those after it, on the same connection — has its results sent again (an acknowledgement
+that committed already is accepted again); claims that did commit are given back once the
+heartbeat reports them (plunder.liveness).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import queue
-import threading
 import time
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from plunder import errors
-from plunder.execution import Handle
-from plunder.model import AckResult, Completion, Failure, JobRecord, Session
-from plunder.store.base import TurnPipe
+from plunder.acker import ACK_BATCH, Acker
+from plunder.model import AckResult, Completion, Failure, Session
+from plunder.protocol import ClaimRequest, Outcome, WorkerProtocol
+from plunder.slots import Slots
 
 log = logging.getLogger("plunder.worker")
+MAX_DEPTH = 3  # turns in flight at most: with three shares the database has two turns to
+# run while the worker runs one share's jobs; with two it ran dry whenever the worker,
+# sharing the machine's cores with it, was slow to send the next
+ACK_LINGER = 0.002  # seconds a turn may wait for more results to send with it
 AHEAD_LINGER = 0.002  # seconds the next turn may wait for outcomes to free its slots
 AHEAD_POLL = 0.0005  # seconds between looks at the answer, while outcomes are awaited
 
 
-def share(slots: int, pipe: TurnPipe) -> int:
-    """The most a turn claims: the slots shared out among the turns the pipe may have in
-    flight (halves where it carries one turn at a time: one in flight, one running)."""
-    return max(1, slots // max(2, pipe.depth))
+class Turns:
+    def __init__(
+        self,
+        link: WorkerProtocol,
+        slots: Slots,
+        *,
+        depth: int,
+        queues: list[str],
+        tasks: list[str],
+        session: Callable[[], Session | None],
+        stopping: Callable[[], bool],
+        given_up: Callable[[], bool],
+        lost: Callable[[], None],
+        counted: Callable[[AckResult, str], None],
+        stats: dict[str, int],
+        pause: Callable[[], object],
+    ) -> None:
+        """``session()``: the session turns go under (None: none is open); ``stopping()``:
+        claim no more; ``given_up()``: results would be refused now (the session is lost,
+        the worker halts); ``lost()``: the link says the session is gone; ``counted(ack,
+        kind)``: results were written; ``stats["claimed"]`` counts the jobs claimed;
+        ``pause()`` waits a while after a claim failed (less if the worker stops)."""
+        if not 1 <= depth <= MAX_DEPTH:
+            raise errors.ConfigError(f"depth must be from 1 to {MAX_DEPTH}, not {depth!r}")
+        self.link = link
+        self.slots = slots
+        self.outbox = slots.outbox
+        self.queues, self.tasks = queues, tasks
+        self._session, self._stopping, self._lost = session, stopping, lost
+        self._counted, self._stats, self._pause = counted, stats, pause
+        self.pipe: Any = link.pipe() if depth > 1 else None
+        self.depth = min(depth, self.pipe.depth) if self.pipe is not None else 1
+        self.acker = Acker(link, session=self._session_id, stopped=given_up, counted=counted)
+        # the results a turn carries at most, so that the acknowledgements keep up with
+        # the claims whatever the concurrency: between two turns sent, the jobs running or
+        # claimed at the first finish (one per slot), and those that finished just before
+        # it, recorded once it went out (see read; one per slot again)
+        self.ack_batch = max(ACK_BATCH, 2 * slots.concurrency)
+        self._more = False  # the last turn read claimed all it asked for: more may wait
 
+    def _session_id(self) -> str | None:
+        session = self._session()
+        return session.id if session is not None else None
 
-class _Worker(Protocol):
-    """What the turns use of the worker they are mixed into."""
+    # -- what is in flight ------------------------------------------------------------------
+    def in_flight(self) -> int:
+        return self.pipe.in_flight if self.pipe is not None else 0
 
-    options: Any
-    session: Session | None
-    queues: list[str]
-    tasks: list[str]
-    stats: dict[str, int]
-    _pipe: TurnPipe | None
-    _more: bool
-    _ack_batch: int
-    _completions: list[Completion]
-    _failures: list[Failure]
-    _outcomes: Any  # queue.SimpleQueue of outcomes
-    _stop: threading.Event
-    _session_lost: threading.Event
+    def share(self) -> int:
+        """The most a turn claims: the slots shared out among the turns that may be in
+        flight (halves where one at a time is sent ahead)."""
+        return max(1, self.slots.concurrency // max(2, self.depth))
 
-    def _in_flight(self) -> bool: ...
-    def _busy(self) -> int: ...
-    def _send_turn(self, free: int, *, suspects: bool = True) -> bool: ...
-    def _send_ahead(self) -> None: ...
-    def _collect(self, *, block: bool, timeout: float = 0.0) -> None: ...
-    def _current(self, outcome: Any) -> Handle | None: ...
-    def _record(self, outcomes: Sequence[Any]) -> None: ...
-    def _start(self, jobs: Sequence[JobRecord]) -> None: ...
-    def _count(self, ack: AckResult, kind: str) -> None: ...
-    def _may_take_suspect(self) -> bool: ...
+    def held(self) -> set[int]:
+        """The jobs whose results wait to be sent or are on their way."""
+        ids = self.outbox.job_ids()
+        if self.pipe is not None:
+            ids.update(c.claim.job_id for c in self.pipe.completions())
+        return ids
 
+    def sent_at(self) -> float | None:
+        """When the oldest turn in flight was sent (time.monotonic()); None: none is."""
+        return self.pipe.sent_at if self.pipe is not None else None
 
-class TurnsAhead:
-    """Mixed into Worker: its turns through the pipe (``_pipe``, or None: no turns go
-    ahead, on SQLite or with ``turns_ahead=False``)."""
+    def ready(self) -> None:
+        """The turns' statement prepared on the connections the pipe will hold, before the
+        first burst of work needs it; without it, the first turns prepare it as they go."""
+        if self.pipe is None:
+            return
+        try:
+            self.pipe.ready(queues=self.queues, tasks=self.tasks)
+        except errors.StoreError as exc:
+            log.warning("could not prepare the turns' statement ahead (%s); turns will", exc)
 
-    _pipe: TurnPipe | None
-    _more: bool  # the last turn read claimed all it asked for: more jobs may wait
+    def drop(self) -> int:
+        """The session is lost: the turns in flight are never read (their claims are lost
+        too) and the results waiting are forgotten (they would be refused); how many."""
+        unread = self.pipe.close() if self.pipe is not None else []
+        return len(unread) + self.outbox.clear()
 
-    def _in_flight(self: _Worker) -> bool:
-        return self._pipe is not None and self._pipe.in_flight > 0
+    def close(self) -> None:
+        """Turns in flight (a turn raised) are never read: their results go back to the
+        outbox, to be written again."""
+        if self.pipe is not None:
+            self.outbox.completions[:0] = self.pipe.close()
 
-    def _send_turn(self: _Worker, free: int, *, suspects: bool = True) -> bool:
+    # -- a turn -----------------------------------------------------------------------------
+    def turn(self, free: int) -> int:
+        """Send the results waiting and claim up to ``free`` jobs; how many it claimed."""
+        if self.in_flight() or (not self.outbox.failures and self.send(free)):
+            return self.read()
+        done = self.outbox.completions[: self.ack_batch]
+        failed = self.outbox.failures[: self.ack_batch]
+        if not done and not failed:
+            return self.exchange([], [], free) if free > 0 else 0
+        if free <= 0:
+            self.acknowledge()
+            return 0
+        return self.exchange(done, failed, free)
+
+    def request(self, limit: int, *, suspects: bool = True) -> ClaimRequest:
+        """A claim of up to ``limit`` jobs of the worker's queues and tasks."""
+        take_suspect = suspects and self.slots.may_take_suspect()
+        return ClaimRequest(tuple(self.queues), tuple(self.tasks), limit, take_suspect)
+
+    def exchange(self, done: list[Completion], failed: list[Failure], free: int) -> int:
+        """One exchange, the ordinary way: the first results waiting (``done`` and
+        ``failed``) and a claim of up to ``free`` jobs; how many it claimed."""
+        session = self._session()
+        assert session is not None
+        outcomes: list[Outcome] = [*done, *failed]
+        try:
+            reply = self.link.exchange(session.id, outcomes, self.request(free))
+        except errors.SessionGone:
+            self._lost()
+            return 0
+        except errors.StoreError as exc:
+            if not outcomes:
+                log.warning("claim failed: %s", exc)
+                self._pause()
+                return 0
+            log.warning("acknowledge-and-claim failed (%s); doing them one by one", exc)
+            self.acknowledge()
+            return self.exchange([], [], free)
+        del self.outbox.completions[: len(done)]
+        del self.outbox.failures[: len(failed)]
+        self._counted(reply.completed, "succeeded")
+        self._counted(reply.failed, "failed")
+        return self._started(reply.claimed)
+
+    def _started(self, jobs: Any) -> int:
+        self.slots.start(jobs)
+        self._stats["claimed"] += len(jobs)
+        return len(jobs)
+
+    def acknowledge(self) -> None:
+        """Write every result waiting now (or give them up with the session)."""
+        self.acker.write(self.outbox.completions, self.outbox.failures)
+        self.outbox.clear()
+
+    def linger(self) -> None:
+        """With results to send but most slots still busy, wait a moment (ACK_LINGER at
+        most) for more to finish, so that they share one turn: a turn costs about the same
+        for one job as for fifty, and short jobs otherwise come back a few at a time, each
+        few paying for a whole turn."""
+        if not self.outbox or self._stopping():
+            return
+        slots = self.slots
+        enough = slots.concurrency // 2
+        deadline = time.monotonic() + ACK_LINGER
+        while slots.concurrency - slots.busy() < enough:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            slots.collect(block=True, timeout=left)
+
+    # -- turns sent ahead -------------------------------------------------------------------
+    def send(self, free: int, *, suspects: bool = True) -> bool:
         """Send a turn on the pipe: the results so far and a claim of up to a share of the
-        slots (see share) that the turns in flight do not claim already; a suspect only if
+        slots that the turns in flight do not claim already; a suspect only if
         ``suspects`` and none of those may bring one. False: none sent; the turn is made the
         ordinary way."""
-        pipe = self._pipe
-        if pipe is None or self._stop.is_set() or self.session is None:
+        pipe, session = self.pipe, self._session()
+        if pipe is None or self._stopping() or session is None:
             return False
-        limit = min(free - pipe.claiming, share(self.options.concurrency, pipe))
+        limit = min(free - pipe.claiming, self.share())
         if limit <= 0:
             return False
-        done = self._completions[: self._ack_batch]
-        suspect = suspects and not pipe.suspect and self._may_take_suspect()
+        done = self.outbox.completions[: self.ack_batch]
         in_flight = pipe.completions()
+        claim = self.request(limit, suspects=suspects and not pipe.suspect)
         try:
             sent = pipe.send(
                 done,
-                session_id=self.session.id,
-                queues=self.queues,
-                tasks=self.tasks,
-                limit=limit,
-                take_suspect=suspect,
+                session_id=session.id,
+                queues=claim.queues,
+                tasks=claim.tasks,
+                limit=claim.limit,
+                take_suspect=claim.take_suspect,
             )
         except errors.StoreError as exc:  # the turns in flight are never read: sent again
-            self._completions[:0] = in_flight
+            self.outbox.completions[:0] = in_flight
             log.warning("could not send a turn (%s); making it the ordinary way", exc)
             return False
         if not sent:  # not on this database (a transaction pooler): never again
-            self._pipe = None
+            self.pipe, self.depth = None, 1
             pipe.close()
             return False
-        del self._completions[: len(done)]
+        del self.outbox.completions[: len(done)]
         return True
 
-    def _send_ahead(self: _Worker) -> None:
+    def send_ahead(self) -> None:
         """Before waiting for the oldest turn in flight, while the turns come back full,
         send the next if a full claim fits in the slots free of jobs and of the turns in
-        flight: the database then goes from one turn to the next without waiting for the
-        worker in between. Outcomes that free slots are waited for until the oldest turn's
-        answer is in, AHEAD_LINGER at most."""
-        pipe = self._pipe
-        if pipe is None or pipe.in_flight >= pipe.depth or not self._more:
+        flight. Outcomes that free slots are waited for until the oldest turn's answer is
+        in, AHEAD_LINGER at most."""
+        pipe, slots = self.pipe, self.slots
+        if pipe is None or pipe.in_flight >= self.depth or not self._more:
             return
-        if self._stop.is_set() or self._failures:  # those go the ordinary way, once no
+        if self._stopping() or self.outbox.failures:  # those go the ordinary way, once no
             return  # turn is in flight
-        slots = self.options.concurrency
-        full = share(slots, pipe)
+        full = self.share()
         deadline = time.monotonic() + AHEAD_LINGER
-        self._collect(block=False)
-        while slots - self._busy() - pipe.claiming < full:
+        slots.collect(block=False)
+        while slots.concurrency - slots.busy() - pipe.claiming < full:
             if time.monotonic() >= deadline or pipe.answered():
                 return
             # a nap, not a wait on the queue: that would wake this thread for each outcome
             time.sleep(AHEAD_POLL)
-            self._collect(block=False)
-        if not self._failures:
-            self._send_turn(slots - self._busy())
+            slots.collect(block=False)
+        if not self.outbox.failures:
+            self.send(slots.concurrency - slots.busy())
 
-    def _read_turn(self: _Worker) -> int:
+    def read(self) -> int:
         """Read the oldest turn in flight (once the next is sent, if it can be: see
-        _send_ahead). If its claim came back full and no other turn is on its way, send
+        send_ahead). If its claim came back full and no other turn is on its way, send
         the next before its rows are read and its jobs started: the database runs it
         meanwhile."""
-        self._send_ahead()
-        pipe = self._pipe
+        self.send_ahead()
+        pipe = self.pipe
         if pipe is None or not pipe.in_flight:  # that send failed: none is in flight now
             return 0
         in_flight = pipe.completions()
@@ -158,31 +273,34 @@ class TurnsAhead:
             answer = pipe.receive()
         except errors.StoreError as exc:  # sent again, the ordinary way if need be
             log.warning("a turn failed (%s); its results go out with the next", exc)
-            self._completions[:0] = in_flight
+            self.outbox.completions[:0] = in_flight
             return 0
         self._more = answer.claimed == answer.limit
-        if self._more and not pipe.in_flight and not (self._stop.is_set() or self._failures):
-            # jobs that finished meanwhile free their slots now, recorded once it is sent
-            finished = []
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    finished.append(self._outcomes.get_nowait())
-            ended = sum(1 for o in finished if self._current(o) is not None)
-            free = self.options.concurrency - self._busy() + ended - answer.claimed
-            # a turn that could bring a suspect may have: the next may not, before it runs
-            self._send_turn(free, suspects=not answer.take_suspect)
-            self._record(finished)
-        claimed = answer.jobs()
-        self._start(claimed)
-        self.stats["claimed"] += len(claimed)
+        if self._more and not pipe.in_flight and not (self._stopping() or self.outbox.failures):
+            self._send_next(answer)
+        claimed = self._started(answer.jobs())
+        self._settle(answer)
+        if self.pipe is not None and not self.pipe.in_flight:  # not busy: the pipe's
+            self.pipe.close()  # connection goes back to the pool
+        return claimed
+
+    def _send_next(self, answer: Any) -> None:
+        """The turn just read came back full: send the next before starting its jobs.
+        Jobs that finished meanwhile free their slots now, recorded once it is sent."""
+        slots = self.slots
+        finished = slots.ready()
+        ended = sum(1 for o in finished if slots.current(o) is not None)
+        free = slots.concurrency - slots.busy() + ended - answer.claimed
+        # a turn that could bring a suspect may have: the next may not, before it runs
+        self.send(free, suspects=not answer.take_suspect)
+        slots.record(finished)
+
+    def _settle(self, answer: Any) -> None:
         try:
-            self._count(answer.settle(), "succeeded")
+            self._counted(answer.settle(), "succeeded")
         except errors.SessionGone:  # nothing completed: dropped with the session
-            self._completions[:0] = answer.completions
-            self._session_lost.set()
+            self.outbox.completions[:0] = answer.completions
+            self._lost()
         except errors.StoreError as exc:  # looked at again with the next turn
             log.warning("could not settle a turn's results (%s); sending them again", exc)
-            self._completions[:0] = answer.completions
-        if self._pipe is not None and not self._pipe.in_flight:  # not busy: the pipe's
-            self._pipe.close()  # connection goes back to the pool
-        return len(claimed)
+            self.outbox.completions[:0] = answer.completions

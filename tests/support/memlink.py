@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -54,13 +54,13 @@ class MemoryLink:
     calls: list[str] = field(default_factory=list)  # the operations, in order
     claims: list[int] = field(default_factory=list)  # each exchange's claim limit
     cancelled: set[int] = field(default_factory=set)
-    _ids: Any = field(default_factory=lambda: itertools.count(1))
+    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- the test's side ------------------------------------------------------------------
     def enqueue(self, task: str, *args: Any, **options: Any) -> int:
         with self._lock:
-            job_id = next(self._ids)
+            job_id: int = next(self._ids)
             self.jobs[job_id] = new_job(job_id, task, args, **options)
             return job_id
 

@@ -81,7 +81,7 @@ def test_cancelling_a_running_task_stops_it(worker: Worker) -> None:
     wait_for(lambda: job.status == Status.RUNNING, what="running")
     job.cancel()
     wait_for(
-        lambda: worker.stats["claimed"] >= 1 and not worker._running,
+        lambda: worker.stats["claimed"] >= 1 and not worker._slots.handles(),
         timeout=5,
         what="the worker dropped the cancelled task",
     )
@@ -99,13 +99,15 @@ def test_async_jobs_started_together_all_run_and_a_cancel_reaches_its_coroutine(
     sleeper = tasks.async_sleepy.options(timeout=60).enqueue(30)
     wait_for(lambda: sleeper.status == Status.RUNNING, what="running")
     sleeper.cancel()
-    wait_for(lambda: not worker._running, timeout=5, what="the worker dropped the coroutine")
+    wait_for(
+        lambda: not worker._slots.handles(), timeout=5, what="the worker dropped the coroutine"
+    )
     assert sleeper.status == Status.CANCELLED
 
     async def others() -> int:
         return len(asyncio.all_tasks()) - 1  # less this one
 
-    loop = worker._async._loop
+    loop = worker._slots._async._loop
     assert loop is not None
     wait_for(
         lambda: asyncio.run_coroutine_threadsafe(others(), loop).result(timeout=5) == 0,
@@ -232,8 +234,8 @@ def test_a_task_that_ignores_its_stop_past_the_grace_period_is_reported(
             job.result(timeout=10)
         assert caught.value.status == "timed_out"
         assert not returned.exists()
-        assert worker._busy() == 1  # its slot: still taken
+        assert worker._slots.busy() == 1  # its slot: still taken
         wait_for(lambda: f"job {job.id} attempt 1 (stubborn) still runs" in caplog.text)
         wait_for(lambda: f"job {job.id} attempt 1 (stubborn) returned" in caplog.text)
-        assert returned.exists() and worker._busy() == 0
+        assert returned.exists() and worker._slots.busy() == 0
         assert tasks.add.enqueue(1, 2).result(timeout=10) == 3

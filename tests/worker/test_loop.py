@@ -123,8 +123,8 @@ def test_a_worker_that_fails_stops_its_tasks_closes_its_session_and_run_raises_i
     monkeypatch.setattr(worker, "step", broken_step)
     jobs = store.job_enqueue_many([JobSpec("sleepy", [30.0], max_attempts=3) for _ in range(2)])
     running = Running(worker)
-    wait_for(lambda: len(worker._running) == 2, what="both jobs running")
-    handles = list(worker._running.values())
+    wait_for(lambda: len(worker._slots.handles()) == 2, what="both jobs running")
+    handles = worker._slots.handles()
     session = worker.session
     assert session is not None
     broken.set()
@@ -144,8 +144,8 @@ def test_stop_at_once_ends_the_worker_without_waiting_for_its_jobs(
 ) -> None:
     running = Running(Worker(app, WorkerOptions(concurrency=2, grace=60)))
     store.job_enqueue_many([JobSpec("sleepy", [30.0]) for _ in range(2)])
-    wait_for(lambda: len(running.worker._running) == 2, what="both jobs running")
-    handles = list(running.worker._running.values())
+    wait_for(lambda: len(running.worker._slots.handles()) == 2, what="both jobs running")
+    handles = running.worker._slots.handles()
     stopped = time.monotonic()
     running.worker.stop(graceful=False)
     running.join()

@@ -35,7 +35,7 @@ def test_many_jobs_reuse_the_same_children(worker: Worker) -> None:
     pids = {job.result(timeout=60) for job in jobs}
     assert os.getpid() not in pids
     assert 1 <= len(pids) <= 2  # at most one child per slot, each running many jobs
-    assert set(worker._processes.pids()) == pids
+    assert set(worker._slots._processes.pids()) == pids
 
 
 def test_a_child_past_its_jobs_timeout_is_killed_and_replaced(

@@ -114,7 +114,7 @@ def test_a_cancelled_claim_is_stopped_and_its_result_not_written(app: plunder.Ap
         assert started.wait(5)
         link.cancel(job)
         assert saw_cancel.wait(5)
-        wait_for(lambda: worker._busy() == 0, what="its slot back")
+        wait_for(lambda: worker._slots.busy() == 0, what="its slot back")
     assert link.jobs[job].status == Status.CANCELLED and link.jobs[job].result is None
 
 

@@ -132,7 +132,7 @@ def test_an_enqueue_wakes_the_workers_of_its_queues_however_many(store_url: str)
     ("flags", "budget"),
     [
         ([], 3),
-        (["--no-turns-ahead"], 2),
+        (["--depth", "1"], 2),
     ],
     ids=["turns-ahead", "one-turn-at-a-time"],
 )

@@ -47,7 +47,7 @@ class Send:
 def watch_sends(worker: Worker) -> list[Send]:
     """The turns the worker's pipe sends, as it sends them (none on SQLite)."""
     sends: list[Send] = []
-    pipe = worker._pipe
+    pipe = worker._turns.pipe
     if pipe is not None:
         real = pipe.send
 
@@ -96,7 +96,7 @@ def test_a_busy_worker_sends_turns_ahead_and_runs_each_job_once(store_url: str) 
             assert [r.outcome for r in job.runs] == [Outcome.SUCCEEDED]
             assert job.refresh().attempt == 1
     if store_url.startswith("sqlite"):
-        assert worker._pipe is None
+        assert worker._turns.pipe is None
     else:  # turns of at most a third of the slots, most of them sent behind another (the
         # slots of the third in flight are free only once every job started has finished)
         limits, behind = [s.limit for s in sends], [s.behind for s in sends]
@@ -117,13 +117,13 @@ def test_each_turn_carries_every_result_waiting_with_more_slots_than_ack_batch(
 
     def watched(send: Any) -> Any:
         def counted(done: Any, *args: Any, **kwargs: Any) -> Any:
-            left.append(len(worker._completions) - len(done))
+            left.append(len(worker._slots.outbox.completions) - len(done))
             return send(done, *args, **kwargs)
 
         return counted
 
-    if worker._pipe is not None:
-        worker._pipe.send = watched(worker._pipe.send)  # type: ignore[method-assign]
+    if worker._turns.pipe is not None:
+        worker._turns.pipe.send = watched(worker._turns.pipe.send)  # type: ignore[method-assign]
     store = worker.store
     store.job_exchange_many = watched(store.job_exchange_many)  # type: ignore[method-assign]
     try:
@@ -142,7 +142,7 @@ def test_a_busy_worker_has_turns_running_while_it_works(store_url: str) -> None:
     its answer, fails here."""
     tasks.app.configure(url=store_url, heartbeat_interval=0.1, session_expiry=5.0)
     worker = Worker(tasks.app, WorkerOptions(concurrency=30))
-    pipe = worker._pipe
+    pipe = worker._turns.pipe
     assert pipe is not None and pipe.depth == 3
     seen: list[tuple[int, bool]] = []  # at each receive: turns in flight, answer in already
     real = pipe.receive
@@ -169,8 +169,8 @@ def test_an_idle_worker_sends_no_turns_ahead(store_url: str) -> None:
         url=store_url, heartbeat_interval=0.1, session_expiry=2.0, poll_interval=1.0
     )
     worker = Worker(tasks.app, WorkerOptions(concurrency=20))
-    assert worker._pipe is not None
-    pipe = worker._pipe
+    assert worker._turns.pipe is not None
+    pipe = worker._turns.pipe
     sends = watch_sends(worker)
     with running(worker):
         drained(worker, 200)
@@ -188,15 +188,15 @@ def test_a_report_that_may_have_seen_the_turn_in_flight_waits_for_it(store_url: 
         session = worker.session
         assert session is not None
         (orphan,) = claim(worker.store, session, tasks=["sleepy"], limit=1)  # its answer lost
-        assert worker._send_turn(6)  # a claim of two (a third of the slots)
+        assert worker._turns.send(6)  # a claim of two (a third of the slots)
         wait_for(lambda: len(running_claims(worker)) == 3, what="the turn committed")
         in_flight = running_claims(worker) - {orphan.claim}
         # a heartbeat's report that came after the turn was sent may have seen its claims
         worker._liveness.report_unknown([orphan.claim, *in_flight])
         worker._give_back_unknown()
         assert running_claims(worker) == {orphan.claim, *in_flight}  # nothing given back
-        assert worker._read_turn() == 2  # the turn read, its jobs started
-        assert set(worker._running) == {c.job_id for c in in_flight}
+        assert worker._turns.read() == 2  # the turn read, its jobs started
+        assert worker._slots.running_ids() == {c.job_id for c in in_flight}
         worker._give_back_unknown()  # now the report is acted on: the orphan goes back
         assert running_claims(worker) >= in_flight
         # (the turn sent ahead as the last was read may claim it again once it is back)
@@ -211,7 +211,7 @@ def test_a_report_that_may_have_seen_the_turn_in_flight_waits_for_it(store_url: 
 def test_a_worker_stopping_with_a_turn_in_flight_runs_its_jobs(store_url: str) -> None:
     with idle_worker(store_url, concurrency=12) as worker:
         jobs = tasks.add.enqueue_many([(i, 2) for i in range(4)])
-        assert worker._send_turn(12)  # a claim of four (a third of the slots)
+        assert worker._turns.send(12)  # a claim of four (a third of the slots)
         worker.stop()
         worker._drain()
         assert worker.stats["claimed"] == 4 and worker.stats["succeeded"] == 4
@@ -224,21 +224,25 @@ def test_the_results_of_a_turn_cut_in_flight_go_out_with_the_next(store_url: str
     (a completion that committed already is accepted again), nothing runs twice."""
     with idle_worker(store_url, concurrency=12) as worker:
         jobs = tasks.add.enqueue_many([(i, 3) for i in range(4)])
-        assert worker._send_turn(12) and worker._read_turn() == 4  # a claim of four, started
-        assert worker._pipe is not None  # the claim sent ahead of their start: none left
-        assert worker._pipe.receive().claimed == 0
-        wait_for(lambda: worker._collect(block=False) or len(worker._completions) == 4)
+        assert worker._turns.send(12) and worker._turns.read() == 4  # a claim of four, started
+        assert worker._turns.pipe is not None  # the claim sent ahead of their start: none left
+        assert worker._turns.pipe.receive().claimed == 0
+        wait_for(
+            lambda: worker._slots.collect(block=False) or len(worker._slots.outbox.completions) == 4
+        )
         with psycopg.connect(store_url) as blocker:  # the turn waits on a row lock: in flight
             blocker.execute("SELECT 1 FROM plunder_jobs WHERE id = %s FOR UPDATE", (jobs[0].id,))
-            assert worker._send_turn(12)  # the four results, and a claim of nothing
+            assert worker._turns.send(12)  # the four results, and a claim of nothing
             cutter = threading.Thread(target=worker.store.calls_cut, args=("cut by the test",))
             cutter.start()
             cutter.join()
-            assert worker._read_turn() == 0  # failed: "a turn failed", logged
-            assert sorted(c.claim.job_id for c in worker._completions) == sorted(j.id for j in jobs)
+            assert worker._turns.read() == 0  # failed: "a turn failed", logged
+            assert sorted(c.claim.job_id for c in worker._slots.outbox.completions) == sorted(
+                j.id for j in jobs
+            )
             blocker.rollback()
-        worker._turn(12)  # sent again, on a fresh connection
-        assert worker._completions == [] and worker.stats["succeeded"] == 4
+        worker._turns.turn(12)  # sent again, on a fresh connection
+        assert worker._slots.outbox.completions == [] and worker.stats["succeeded"] == 4
         for job in jobs:
             assert job.result(timeout=5) == job.refresh().args[0] + 3
             assert [r.outcome for r in job.runs] == [Outcome.SUCCEEDED]

@@ -16,6 +16,7 @@ from plunder.cli.output import F, user_errors
 from plunder.cli.state import CLI_STORE, State, pass_state
 from plunder.execution import tune_gc
 from plunder.store import open_store
+from plunder.turns import MAX_DEPTH
 from plunder.worker import Worker, WorkerOptions
 
 
@@ -75,13 +76,14 @@ def interval_options(fn: F) -> F:
     "poll every --poll-interval (env PLUNDER_LISTEN=0).",
 )
 @click.option(
-    "--turns-ahead/--no-turns-ahead",
-    default=True,
+    "--depth",
+    type=click.IntRange(1, MAX_DEPTH),
+    default=MAX_DEPTH,
     show_default=True,
-    help="PostgreSQL: a busy worker sends its next turn (results and claim) while it starts "
-    "the jobs of the last, on a connection it holds while busy (3 connections per worker "
-    "instead of 2; turns claim up to a third of the slots, so -c 300 claims batches of "
-    "100).",
+    help="Turns (results out, a claim in) in flight at most. Above 1, on PostgreSQL, a busy "
+    "worker sends its next turns while it starts the jobs of the last, on a connection it "
+    "holds while busy (3 connections per worker instead of 2); each turn claims up to a "
+    "1/depth share of the slots (-c 300: batches of 100). SQLite makes one at a time.",
 )
 @interval_options
 @pass_state
@@ -96,7 +98,7 @@ def worker(
     name: str | None,
     no_janitor: bool,
     no_listen: bool,
-    turns_ahead: bool,
+    depth: int,
     **intervals: float | None,
 ) -> None:
     """Run a worker: claim jobs, run them, acknowledge them."""
@@ -111,7 +113,7 @@ def worker(
             janitor=not no_janitor,
             grace=grace,
             pool=pool,
-            turns_ahead=turns_ahead,
+            depth=depth,
         )
         tune_gc()
         Worker(app, options).run()

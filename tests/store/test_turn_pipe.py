@@ -17,6 +17,7 @@ from plunder import errors
 from plunder.model import Claim, Completion, JobSpec, Session
 from plunder.states import Status
 from plunder.store import Store
+from plunder.store import pgturn
 from plunder.store.base import TurnPipe
 from tests.store.helpers import claim, open_session
 
@@ -311,19 +312,19 @@ def test_a_turn_planned_on_an_empty_table_finds_its_jobs_by_index_once_it_fills(
 
 def prepared_turns(store: Store) -> list[tuple[int, bool]]:
     """On each connection of the pool (held together, so each is another): how many turn
-    statements the server has prepared there, and whether plunder recorded it as planned
-    by its indexes."""
+    statements the server has prepared there (under plunder's own name), and whether
+    plunder recorded it as planned by its indexes."""
     pool = store._get_pool()  # type: ignore[attr-defined]
     held = [pool.getconn() for _ in range(store._pool_size)]  # type: ignore[attr-defined]
     try:
         seen = []
         for conn in held:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+            names = conn.execute(
+                "SELECT name FROM pg_prepared_statements WHERE statement LIKE %s",
                 ("%done AS (%",),
-            ).fetchone()
-            assert row is not None
-            seen.append((int(row[0]), "job_exchange" in conn.index_planned))
+            ).fetchall()
+            assert all(name == (pgturn.STATEMENT,) for name in names), names
+            seen.append((len(names), pgturn.STATEMENT in conn.index_planned))
         return seen
     finally:
         for conn in held:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC
 
 import psycopg
 import pytest
@@ -173,6 +174,18 @@ def test_a_turn_the_server_refuses_raises_the_stores_error_and_ends_its_connecti
     assert pipe.in_flight == 0 and pipe._conn is None  # type: ignore[attr-defined]
     send(pipe, session, [])
     assert pipe.receive().claimed == 1
+
+
+def test_an_answer_is_read_after_its_connection_is_gone(store: Store, pipe: TurnPipe) -> None:
+    """A turn's rows are read into records after the caller moved on: the pipe may have
+    closed the connection the answer came on by then."""
+    store.job_enqueue_many([JobSpec("t", [i]) for i in range(2)])
+    session = open_session(store)
+    send(pipe, session, [], limit=2)
+    answer = pipe.receive()
+    pipe.close(discard=True)
+    assert [j.args for j in answer.jobs()] == [[0], [1]]
+    assert all(j.started_at.tzinfo is UTC for j in answer.jobs())  # as psycopg reads them
 
 
 def test_closing_with_a_turn_in_flight_gives_the_connection_back(

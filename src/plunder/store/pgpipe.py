@@ -192,26 +192,20 @@ class Wire:
 Load = Callable[[Any], Any]  # a loader's load: bytes in, a Python value out
 
 
-class Rows:
-    """Rows of a binary result as Python values, each column read by psycopg's loader for
-    its type (public adapters API), the loaders made once per connection and result shape.
-    A value all rows share (a claim's queue, task, start) is loaded once."""
+@dataclass(frozen=True)
+class Shape:
+    """A result's columns: their names, and for each the load of psycopg's loader for its
+    type (public adapters API), made while its connection was open."""
 
-    def __init__(self) -> None:
-        self._conn: psycopg.Connection[Any] | None = None
-        self._shape: tuple[int, ...] = ()
-        self._names: list[str] = []
-        self._loads: list[Load] = []
+    names: list[str]
+    loads: tuple[Load, ...]
 
-    def names(self, result: PGresult, conn: psycopg.Connection[Any]) -> list[str]:
-        self._ready(result, conn)
-        return self._names
-
-    def rows(self, result: PGresult, conn: psycopg.Connection[Any]) -> list[Sequence[Any]]:
-        self._ready(result, conn)
+    def rows(self, result: PGresult) -> list[Sequence[Any]]:
+        """The result's rows as Python values, read column by column. A value every row
+        shares (a claim's queue, task, start) is loaded once."""
         count, get = result.ntuples, result.get_value
         columns: list[Sequence[Any]] = []
-        for column, load in enumerate(self._loads):
+        for column, load in enumerate(self.loads):
             raw = list(map(get, range(count), repeat(column, count)))
             first = raw[0] if raw else None
             if raw.count(first) == count:  # one value in every row, or none
@@ -225,16 +219,25 @@ class Rows:
                 columns.append(list(map(load, raw)))
         return list(zip(*columns, strict=True))
 
-    def _ready(self, result: PGresult, conn: psycopg.Connection[Any]) -> None:
-        shape = tuple(map(result.ftype, range(result.nfields)))
-        if shape == self._shape and conn is self._conn:
-            return
+
+class Shapes:
+    """The shape of a binary result, made once per connection and column types."""
+
+    def __init__(self) -> None:
+        self._key: tuple[psycopg.Connection[Any] | None, tuple[int, ...]] = (None, ())
+        self._shape = Shape([], ())
+
+    def of(self, result: PGresult, conn: psycopg.Connection[Any]) -> Shape:
+        types = tuple(map(result.ftype, range(result.nfields)))
+        if self._key[0] is conn and self._key[1] == types:
+            return self._shape
         adapters, encoding = conn.adapters, conn.info.encoding
         loads: list[Load] = []
-        for oid in shape:
+        for oid in types:
             loader = adapters.get_loader(oid, _BINARY)
             if loader is None:
                 raise psycopg.InterfaceError(f"no binary loader for the type of oid {oid}")
             loads.append(loader(oid, conn).load)
-        self._names = [(result.fname(i) or b"").decode(encoding) for i in range(len(shape))]
-        self._conn, self._shape, self._loads = conn, shape, loads
+        names = [(result.fname(i) or b"").decode(encoding) for i in range(len(types))]
+        self._key, self._shape = (conn, types), Shape(names, tuple(loads))
+        return self._shape

@@ -202,7 +202,7 @@ class TurnPipe:
         self._conn: psycopg.Connection[Any] | None = None
         self._wire: pgpipe.Wire | None = None  # the connection's link in pipeline mode
         self._flights: collections.deque[_Flight] = collections.deque()
-        self._rows = pgpipe.Rows()
+        self._shapes = pgpipe.Shapes()
         queries = store.queries
         self._statement = pgpipe.Statement.of(STATEMENT, queries["job_exchange"])
         self._plans = (queries["plans_by_index"].encode(), queries["plans_reset"].encode())
@@ -287,6 +287,9 @@ class TurnPipe:
             except psycopg.Error as exc:
                 conn.close()
                 raise self._error(exc, call) from exc
+            except BaseException:
+                conn.close()  # not back to the pool in pipeline mode
+                raise
         if not wire.leave():
             conn.close()
 
@@ -370,6 +373,7 @@ class TurnPipe:
                 result = wire.read(flight.commands)
                 if result is None or not result.nfields:
                     raise errors.StoreError(f"{self._store.url}: a turn came back without rows")
+                shape = self._shapes.of(result, wire.conn)
         except psycopg.Error as exc:
             self.close(discard=True)
             raise self._error(exc, flight.call) from exc
@@ -378,10 +382,9 @@ class TurnPipe:
             raise
         # how many it claimed, without reading its rows yet: one row of NULLs is none
         claimed = result.ntuples if result.ntuples != 1 or result.get_value(0, 1) else 0
-        conn, rows = wire.conn, self._rows
 
         def read() -> Claimed:  # the rows are here already; only loading them is left
-            return rows.names(result, conn), rows.rows(result, conn)
+            return shape.names, shape.rows(result)
 
         return Answer(
             self._store,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC
 
 import psycopg
 import pytest
@@ -16,7 +17,7 @@ import plunder
 from plunder import errors
 from plunder.model import Claim, Completion, JobSpec, Session
 from plunder.states import Status
-from plunder.store import Store
+from plunder.store import Store, pgturn
 from plunder.store.base import TurnPipe
 from tests.store.helpers import claim, open_session
 
@@ -155,6 +156,38 @@ def test_a_cut_turn_fails_busy_and_the_next_one_goes_on_a_fresh_connection(
     assert store.job_get(held.id).status == Status.SUCCEEDED
 
 
+def test_a_turn_the_server_refuses_raises_the_stores_error_and_ends_its_connection(
+    store: Store, store_url: str, pipe: TurnPipe
+) -> None:
+    """The server's error for a turn (its SQLSTATE read from the result) is the store's
+    error, as for any statement; the next turn goes on another connection."""
+    store.job_enqueue_many([JobSpec("t", [0])])
+    session = open_session(store)
+    with psycopg.connect(store_url, autocommit=True) as admin:
+        admin.execute("ALTER TABLE plunder_jobs RENAME TO plunder_jobs_away")
+        try:
+            send(pipe, session, [])
+            with pytest.raises(errors.SchemaError, match="no plunder schema"):
+                pipe.receive()
+        finally:
+            admin.execute("ALTER TABLE plunder_jobs_away RENAME TO plunder_jobs")
+    assert pipe.in_flight == 0 and pipe._conn is None  # type: ignore[attr-defined]
+    send(pipe, session, [])
+    assert pipe.receive().claimed == 1
+
+
+def test_an_answer_is_read_after_its_connection_is_gone(store: Store, pipe: TurnPipe) -> None:
+    """A turn's rows are read into records after the caller moved on: the pipe may have
+    closed the connection the answer came on by then."""
+    store.job_enqueue_many([JobSpec("t", [i]) for i in range(2)])
+    session = open_session(store)
+    send(pipe, session, [], limit=2)
+    answer = pipe.receive()
+    pipe.close(discard=True)
+    assert [j.args for j in answer.jobs()] == [[0], [1]]
+    assert all(j.started_at.tzinfo is UTC for j in answer.jobs())  # as psycopg reads them
+
+
 def test_closing_with_a_turn_in_flight_gives_the_connection_back(
     store: Store, pipe: TurnPipe
 ) -> None:
@@ -245,6 +278,59 @@ def test_the_first_turn_is_read_while_the_second_still_runs(
     assert store.job_get(held.id).status == Status.SUCCEEDED
 
 
+def blocked_by(observer: psycopg.Connection[object], blocker: psycopg.Connection[object]) -> int:
+    """How many server backends wait for a lock that ``blocker`` holds."""
+    row = observer.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+        (blocker.info.backend_pid,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_three_turns_go_ahead_and_two_are_read_while_the_third_runs_on_the_server(
+    store_url: str,
+) -> None:
+    """Turns really go ahead, whatever psycopg's version: three are in flight before any
+    is read, the server runs the third (it waits there on a row lock) before the first
+    answer is read, and the first two answers are read while it still waits. A pipe that
+    sent one turn at a time, held turns back until read, or read every answer at once
+    would fail here (the last within the store's call deadline, not the test's timeout)."""
+    if not store_url.startswith("postgres"):
+        pytest.skip("SQLite has no turns sent ahead")
+    store = plunder.open_store(store_url, call_timeout=10.0)
+    pipe = store.turn_pipe()
+    assert pipe is not None and pipe.depth == 3
+    try:
+        store.job_enqueue_many([JobSpec("t", [i]) for i in range(4)])
+        session = open_session(store)
+        (held,) = claim(store, session, limit=1)
+        with (
+            psycopg.connect(store_url, autocommit=True) as observer,
+            psycopg.connect(store_url) as blocker,
+        ):
+            blocker.execute("SELECT 1 FROM plunder_jobs WHERE id = %s FOR UPDATE", (held.id,))
+            send(pipe, session, [], limit=1)
+            send(pipe, session, [], limit=1)
+            send(pipe, session, [held.claim], limit=1)  # waits on the lock, on the server
+            assert pipe.in_flight == 3
+            deadline = time.monotonic() + 10
+            while blocked_by(observer, blocker) != 1:
+                assert time.monotonic() < deadline, "the third turn never reached the server"
+                time.sleep(0.01)
+            first, second = pipe.receive(), pipe.receive()
+            assert (first.claimed, second.claimed, pipe.in_flight) == (1, 1, 1)
+            assert blocked_by(observer, blocker) == 1  # the third still waits there
+            assert not pipe.answered()
+            blocker.rollback()
+        third = pipe.receive()
+        assert third.settle().accepted == (held.claim,)
+        assert [j.args for j in first.jobs() + second.jobs() + third.jobs()] == [[1], [2], [3]]
+    finally:
+        pipe.close()
+        store.close()
+
+
 def test_a_cut_turn_takes_the_turn_after_it_along_and_close_returns_their_results(
     store: Store, store_url: str, pipe: TurnPipe
 ) -> None:
@@ -311,19 +397,19 @@ def test_a_turn_planned_on_an_empty_table_finds_its_jobs_by_index_once_it_fills(
 
 def prepared_turns(store: Store) -> list[tuple[int, bool]]:
     """On each connection of the pool (held together, so each is another): how many turn
-    statements the server has prepared there, and whether plunder recorded it as planned
-    by its indexes."""
+    statements the server has prepared there (under plunder's own name), and whether
+    plunder recorded it as planned by its indexes."""
     pool = store._get_pool()  # type: ignore[attr-defined]
     held = [pool.getconn() for _ in range(store._pool_size)]  # type: ignore[attr-defined]
     try:
         seen = []
         for conn in held:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+            names = conn.execute(
+                "SELECT name FROM pg_prepared_statements WHERE statement LIKE %s",
                 ("%done AS (%",),
-            ).fetchone()
-            assert row is not None
-            seen.append((int(row[0]), "job_exchange" in conn.index_planned))
+            ).fetchall()
+            assert all(name == (pgturn.STATEMENT,) for name in names), names
+            seen.append((len(names), pgturn.STATEMENT in conn.index_planned))
         return seen
     finally:
         for conn in held:

@@ -20,8 +20,8 @@ results are on their way, held like any results not yet written.
 
 More turns may follow the first before the first is read (up to ``depth`` in flight): the
 server runs each as soon as it has committed the one before, without waiting for the
-worker. Answers are read oldest first, and reading one never waits for the next (see
-``_fetch_flight``).
+worker. Answers are read oldest first, and reading one never waits for the next: the turns
+go through libpq's pipeline mode on psycopg's public ``pq`` module (see plunder.store.pgpipe).
 
 A turn that fails (an error, a lost or cut connection) ends the pipe's connection: it is
 closed, the turns after it are never read either, and the next send opens another. Whether
@@ -33,32 +33,26 @@ are given back once the heartbeat reports them.
 from __future__ import annotations
 
 import collections
-import select
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, ExitStack
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 import psycopg
-from psycopg.rows import tuple_row
-
-try:  # reads one statement's results at a time in pipeline mode (see _fetch_flight)
-    from psycopg.generators import fetch_many
-except ImportError:  # pragma: no cover - a psycopg without it sends one turn at a time
-    fetch_many = None
 
 from plunder import errors
 from plunder.model import SUSPECT_LOSSES, AckResult, Claim, Completion, JobRecord
-from plunder.store import convert
+from plunder.store import convert, pgpipe
 from plunder.store.deadlines import Call, Deadlines
 from plunder.store.engine import Tx
-from plunder.store.pgtx import PgTx, array_literal, plan_once
+from plunder.store.pgtx import array_literal
 from plunder.store.sqlbase import CLAIM_LEVELS, Claimed
 
 Encoded = list[tuple[Completion, str]]  # completions with their results encoded
-MAX_IN_FLIGHT = 3  # turns a pipe may have in flight, where psycopg lets it read them singly
+MAX_IN_FLIGHT = 3  # turns a pipe may have in flight
+STATEMENT = "plunder_turn"  # the turn's prepared statement, on each connection that prepares
 T = TypeVar("T")
 
 
@@ -186,68 +180,16 @@ class Answer:
         return completed
 
 
-def _sync_now(pipeline: psycopg.Pipeline, conn: psycopg.Connection[Any]) -> bool:
-    """Send a Sync now, without waiting for any result, so that the server commits the
-    statement before it as soon as it has run it. psycopg's public ``Pipeline.sync()``
-    also waits for every result; this uses the steps it is made of (``receive`` reads the
-    results with the third). False where this psycopg has not got them: the Sync then goes
-    with the reading of the answer."""
-    enqueue = getattr(pipeline, "_enqueue_sync", None)
-    communicate = getattr(pipeline, "_communicate_gen", None)
-    if not (callable(enqueue) and callable(communicate) and hasattr(pipeline, "_fetch_gen")):
-        return False
-    enqueue()
-    conn.wait(communicate())
-    return True
-
-
-class _Counted(collections.deque):  # type: ignore[type-arg]
-    """A pipeline's queue of expected results that counts those taken from it: the
-    results of turn k are the queue's entries up to the count it had reached when turn k
-    was sent, whoever takes them (psycopg takes results that arrived while it sends)."""
-
-    def __init__(self, items: Any) -> None:
-        super().__init__(items)
-        self.taken = 0
-
-    def popleft(self) -> Any:
-        item = super().popleft()
-        self.taken += 1
-        return item
-
-    @property
-    def queued(self) -> int:
-        """Entries ever put in: taken, and still waiting."""
-        return self.taken + len(self)
-
-
-def _count_results(pipeline: psycopg.Pipeline) -> _Counted | None:
-    """Count the pipeline's expected results (see _Counted); None where this psycopg
-    keeps them otherwise: one turn at a time then."""
-    kept = getattr(pipeline, "result_queue", None)
-    if (
-        fetch_many is None
-        or not isinstance(kept, collections.deque)
-        or not callable(getattr(pipeline, "_process_results", None))
-    ):
-        return None
-    counted = _Counted(kept)
-    pipeline.result_queue = counted
-    return counted
-
-
 @dataclass
 class _Flight:
-    cursor: psycopg.Cursor[Any]
     plain: Encoded
     session_id: str
     watch: ExitStack  # the call's deadline, from send to receive
     call: Call
-    synced: bool  # the Sync went out with the statement
+    commands: int  # the commands it sent before its Sync (see pgpipe.Wire.read)
     sent_at: float  # time.monotonic()
     limit: int
     take_suspect: bool
-    end: int  # the pipeline's result count once this turn's are in (see _Counted)
 
 
 class TurnPipe:
@@ -258,12 +200,12 @@ class TurnPipe:
     def __init__(self, store: PipeStore) -> None:
         self._store = store
         self._conn: psycopg.Connection[Any] | None = None
-        self._pipeline: psycopg.Pipeline | None = None
-        self._mode: AbstractContextManager[psycopg.Pipeline] | None = None  # pipeline mode
-        self._results: _Counted | None = None
+        self._wire: pgpipe.Wire | None = None  # the connection's link in pipeline mode
         self._flights: collections.deque[_Flight] = collections.deque()
-        self._depth = MAX_IN_FLIGHT
-        self._columns: list[str] | None = None  # of the answers (see _names)
+        self._shapes = pgpipe.Shapes()
+        queries = store.queries
+        self._statement = pgpipe.Statement.of(STATEMENT, queries["job_exchange"])
+        self._plans = (queries["plans_by_index"].encode(), queries["plans_reset"].encode())
 
     @property
     def sent_at(self) -> float | None:
@@ -277,9 +219,8 @@ class TurnPipe:
 
     @property
     def depth(self) -> int:
-        """How many turns may be in flight at once: MAX_IN_FLIGHT, or one where this
-        psycopg cannot read a turn's answer without waiting for the next one's."""
-        return self._depth
+        """How many turns may be in flight at once: MAX_IN_FLIGHT."""
+        return MAX_IN_FLIGHT
 
     @property
     def claiming(self) -> int:
@@ -298,15 +239,12 @@ class TurnPipe:
     def answered(self) -> bool:
         """Whether the oldest turn in flight has (begun to) come back: ``receive`` would
         not wait for the database. False with none in flight."""
-        if not self._flights or self._conn is None:
+        if not self._flights or self._wire is None:
             return False
-        if self._results is not None and self._results.taken >= self._flights[0].end:
-            return True  # read already, by a later send
         try:
-            readable, _, _ = select.select([self._conn.fileno()], [], [], 0)
+            return self._wire.answered()
         except (OSError, ValueError, psycopg.Error):
             return True  # broken: receive says how
-        return bool(readable)
 
     def ready(self, *, queues: Sequence[str], tasks: Sequence[str]) -> int:
         """Prepare the turns' statement on every connection of the pool (opened up to its
@@ -331,16 +269,29 @@ class TurnPipe:
                 if conn.prepare_threshold is None:
                     return 0
             for conn in held:
-                with store._deadlines.watch(conn, store._call_timeout) as call:
-                    try:
-                        PgTx(conn, store.queries).table("job_exchange", **params, now=None)
-                    except psycopg.Error as exc:
-                        conn.close()  # the pool replaces it
-                        raise self._error(exc, call) from exc
+                self._ready_one(conn, params)
             return len(held)
         finally:
             for conn in held:
                 store._get_pool().putconn(conn)
+
+    def _ready_one(self, conn: psycopg.Connection[Any], params: dict[str, Any]) -> None:
+        """One turn on ``conn``, read at once; the connection is closed (the pool replaces
+        it) if it fails or cannot leave pipeline mode."""
+        store = self._store
+        with store._deadlines.watch(conn, store._call_timeout) as call:
+            try:
+                wire = pgpipe.Wire(conn)
+                self._queue(wire, params)
+                wire.read(wire.sync())
+            except psycopg.Error as exc:
+                conn.close()
+                raise self._error(exc, call) from exc
+            except BaseException:
+                conn.close()  # not back to the pool in pipeline mode
+                raise
+        if not wire.leave():
+            conn.close()
 
     def send(
         self,
@@ -357,7 +308,7 @@ class TurnPipe:
         database (a transaction pooler: plunder's settings are made per transaction there).
         Raises the store's errors; after one, whether it reached the database is unknown,
         and nothing is in flight (the turns that were are never read: see ``close``)."""
-        if len(self._flights) >= self._depth:
+        if len(self._flights) >= MAX_IN_FLIGHT:
             raise RuntimeError(f"{len(self._flights)} turns are in flight already: receive first")
         if any(c.effects is not None for c in completions):
             raise ValueError("completions with effects go through job_complete_many")
@@ -367,25 +318,14 @@ class TurnPipe:
         params = turn_params(
             plain, session_id, queues=queues, tasks=tasks, limit=limit, take_suspect=take_suspect
         )
-        opened = self._open()
-        if opened is None:
+        wire = self._open()
+        if wire is None:
             return False
-        conn, pipeline = opened
         watch = ExitStack()
-        call = watch.enter_context(store._deadlines.watch(conn, store._call_timeout))
+        call = watch.enter_context(store._deadlines.watch(wire.conn, store._call_timeout))
         try:
-            # planned at its first run on the connection, by the indexes (plan_once)
-            prepare, planned = plan_once(conn, "job_exchange")
-            if planned is not None:
-                conn.execute(store.queries["plans_by_index"])
-            cursor = conn.cursor(row_factory=tuple_row)
-            cursor.execute(
-                store.queries["job_exchange"], {**params, "now": None}, binary=True, prepare=prepare
-            )
-            if planned is not None:  # in the turn's transaction: if it fails, so does the
-                conn.execute(store.queries["plans_reset"])  # setting
-                conn.index_planned = planned | {"job_exchange"}  # type: ignore[attr-defined]
-            synced = _sync_now(pipeline, conn)
+            self._queue(wire, params)
+            commands = wire.sync()
         except psycopg.Error as exc:
             watch.close()
             self.close(discard=True)
@@ -394,13 +334,31 @@ class TurnPipe:
             watch.close()
             self.close(discard=True)
             raise
-        if not synced or self._results is None:
-            self._depth = 1  # its answer is read with psycopg's own steps, all at once
-        end = self._results.queued if self._results is not None else 0
-        flight = _Flight(cursor, plain, session_id, watch, call, synced, time.monotonic(),
-                         limit, take_suspect, end)  # fmt: skip
+        flight = _Flight(plain, session_id, watch, call, commands, time.monotonic(),
+                         limit, take_suspect)  # fmt: skip
         self._flights.append(flight)
         return True
+
+    def _queue(self, wire: pgpipe.Wire, params: dict[str, Any]) -> None:
+        """Queue a turn's statement on ``wire``. Prepared at its first run on a connection
+        that prepares, and planned then by its indexes (pgtx.plan_once): between
+        plans_by_index and plans_reset, in the turn's own implicit transaction (if it
+        fails, so does the setting). Where the connection prepares nothing, unnamed."""
+        conn, statement = wire.conn, self._statement
+        values = statement.values({**params, "now": None}, wire.encoding)
+        planned: frozenset[str] | None = getattr(conn, "index_planned", None)
+        if planned is None or conn.prepare_threshold is None:
+            wire.query(statement.sql, values)
+            return
+        name = statement.name.encode()
+        if STATEMENT not in planned:
+            wire.query(self._plans[0])
+            wire.prepare(name, statement.sql)
+            wire.execute(name, values)
+            wire.query(self._plans[1])
+            conn.index_planned = planned | {STATEMENT}  # type: ignore[attr-defined]
+        else:
+            wire.execute(name, values)
 
     def receive(self) -> Answer:
         """The answer to the oldest turn in flight, once it committed. Raises the store's
@@ -408,20 +366,14 @@ class TurnPipe:
         if not self._flights:
             raise RuntimeError("no turn is in flight")
         flight = self._flights.popleft()
-        conn, pipeline = self._conn, self._pipeline
-        assert conn is not None and pipeline is not None
+        wire = self._wire
+        assert wire is not None
         try:
             with flight.watch:
-                if flight.synced and self._results is not None:
-                    conn.wait(self._fetch_flight(pipeline, self._results, flight.end))
-                else:
-                    if flight.synced:
-                        conn.wait(pipeline._fetch_gen(flush=False))
-                    if not flight.synced or flight.cursor.pgresult is None:
-                        pipeline.sync()
-                result = flight.cursor.pgresult
+                result = wire.read(flight.commands)
                 if result is None or not result.nfields:
                     raise errors.StoreError(f"{self._store.url}: a turn came back without rows")
+                shape = self._shapes.of(result, wire.conn)
         except psycopg.Error as exc:
             self.close(discard=True)
             raise self._error(exc, flight.call) from exc
@@ -430,10 +382,9 @@ class TurnPipe:
             raise
         # how many it claimed, without reading its rows yet: one row of NULLs is none
         claimed = result.ntuples if result.ntuples != 1 or result.get_value(0, 1) else 0
-        cursor = flight.cursor
 
-        def read() -> Claimed:  # the rows are here already; only parsing them is left
-            return self._names(cursor), list(cursor.fetchall())
+        def read() -> Claimed:  # the rows are here already; only loading them is left
+            return shape.names, shape.rows(result)
 
         return Answer(
             self._store,
@@ -445,63 +396,39 @@ class TurnPipe:
             take_suspect=flight.take_suspect,
         )
 
-    def _names(self, cursor: psycopg.Cursor[Any]) -> list[str]:
-        """The answer's column names: every turn is the same statement, so they are read
-        once (psycopg makes a description's columns anew at each look, with a type lookup
-        for each)."""
-        result = cursor.pgresult
-        if self._columns is None or result is None or len(self._columns) != result.nfields:
-            assert cursor.description is not None
-            self._columns = [column.name for column in cursor.description]
-        return self._columns
-
-    @staticmethod
-    def _fetch_flight(pipeline: psycopg.Pipeline, results: _Counted, end: int) -> Any:
-        """psycopg's ``_fetch_gen``, stopped at one turn's results: a later turn's are not
-        waited for. Each is handed to psycopg as its own would be."""
-        assert fetch_many is not None
-        while results.taken < end:
-            fetched = yield from fetch_many(pipeline.pgconn)
-            pipeline._process_results(results.popleft(), fetched)
-
     def close(self, *, discard: bool = False) -> list[Completion]:
         """Give the connection back to the pool: closed first if a turn is in flight (its
-        answer is never read) or ``discard``. The completions of the turns never read: the
-        caller sends them again (each may have committed, or not)."""
-        conn, mode = self._conn, self._mode
-        self._conn = self._pipeline = self._mode = self._results = None
+        answer is never read), ``discard``, or it cannot leave pipeline mode. The
+        completions of the turns never read: the caller sends them again (each may have
+        committed, or not)."""
+        conn, wire = self._conn, self._wire
+        self._conn = self._wire = None
         flights, self._flights = list(self._flights), collections.deque()
         for flight in flights:
             flight.watch.close()
         unread = [c for f in flights for c, _ in f.plain]
         if conn is None:
             return unread
-        if flights or discard or conn.broken:
+        clean = not (flights or discard or conn.broken or conn.closed or wire is None)
+        if not (clean and wire is not None and wire.leave()):
             conn.close()
-        if mode is not None:
-            try:  # pipeline mode ends: at once with nothing in flight, or with an error
-                mode.__exit__(None, None, None)  # on a closed connection, caught here
-            except psycopg.Error:
-                conn.close()
         self._store._get_pool().putconn(conn)
         return unread
 
-    def _open(self) -> tuple[psycopg.Connection[Any], psycopg.Pipeline] | None:
-        if self._conn is not None and self._pipeline is not None and not self._conn.closed:
-            return self._conn, self._pipeline
+    def _open(self) -> pgpipe.Wire | None:
+        if self._conn is not None and self._wire is not None and not self._conn.closed:
+            return self._wire
         self.close(discard=True)
         conn = self._store._pipe_connection()
         if conn is None:
             return None
         self._conn = conn
         try:
-            self._mode = conn.pipeline()
-            self._pipeline = self._mode.__enter__()
+            self._wire = pgpipe.Wire(conn)
         except psycopg.Error as exc:
             self.close(discard=True)
             raise self._error(exc, None) from exc
-        self._results = _count_results(self._pipeline)
-        return conn, self._pipeline
+        return self._wire
 
     def _error(self, exc: psycopg.Error, call: Call | None) -> Exception:
         if call is not None and call.reason is not None:

@@ -134,13 +134,13 @@ def test_an_enqueue_wakes_the_workers_of_its_queues_however_many(store_url: str)
         ([], 3),
         (["--depth", "1"], 2),
     ],
-    ids=["turns-ahead", "one-turn-at-a-time"],
+    ids=["depth-3", "depth-1"],
 )
 def test_a_worker_keeps_to_its_connection_budget(
     store: Store, store_url: str, workers: Workers, flags: list[str], budget: int
 ) -> None:
-    """Work (and turns sent ahead, or acknowledgements with parallel acks) and the hub's,
-    plus the janitor's while it holds the lease."""
+    """Work (and turns sent ahead, above depth 1) and the hub's, plus the janitor's while
+    it holds the lease."""
     if not store_url.startswith("postgresql"):
         pytest.skip("connections are counted on PostgreSQL")
     proc = workers.start("-c", "16", *flags, name="budget")

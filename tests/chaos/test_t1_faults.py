@@ -136,6 +136,14 @@ def test_s09_hung_database_peer(slow_system: System) -> None:
             return (now.started_at - heal_db).total_seconds()
 
         recovery = system.wait(reopened, timeout=30, what="a new session of the hung worker")
+        # its first tasks, stopped but deaf to it, keep their slots until they return (and
+        # try to commit, refused): only then has it slots for new work
+        late = {(job.id, job.attempt) for job in held}
+        system.wait(
+            lambda: late <= settled(system, hung.pid),
+            timeout=30,
+            what="the late commits of the hung worker's first tasks",
+        )
         system.enqueue([witness(sleep_ms=300) for _ in range(16)])
         system.wait(
             lambda: any(
@@ -146,12 +154,6 @@ def test_s09_hung_database_peer(slow_system: System) -> None:
             what="the hung worker to complete a job after healing",
         )
         system.wait_terminal(timeout=60)
-        late = {(job.id, job.attempt) for job in held}
-        system.wait(
-            lambda: late <= settled(system, hung.pid),
-            timeout=30,
-            what="the late commits of the hung worker's first tasks",
-        )
         obs = system.observe()
         during = [r for r in runs_of(system, "hung") if fault_db < r.started_at < heal_db]
         healthy_during = [

@@ -110,7 +110,10 @@ def test_s05_a_gil_hog_starves_the_heartbeat(system: System) -> None:
 
 def test_s23_job_timeout_on_a_healthy_worker(system: System) -> None:
     timeout, backoff = 1.0, 0.5
-    system.workers(2, concurrency=4)
+    # a stopped task keeps its slot until it returns (these ignore the stop and sleep on to
+    # 3 s): slots enough for the six stopped attempts and the six retries beside them, so
+    # that the gap below measures how soon a timed-out job is pending again
+    system.workers(2, concurrency=8)
     jobs = system.enqueue(
         [witness(sleep_ms=3000, timeout=timeout, max_attempts=2, backoff=backoff) for _ in range(6)]
     )

@@ -37,6 +37,17 @@ def call_deadline(
             raise errors.StoreBusy(f"{url}: {call.reason}; the connection was cut") from exc
 
 
+def answer_lost(exc: BaseException | None) -> bool:
+    """Whether a failed call may have committed unseen: a lost connection (no SQLSTATE, or
+    class 08), or a server that ended the backend (57P01-57P03: it may have committed just
+    before); the answer never came. Not 57P05, idle_session_timeout: the server ends only a
+    session that was idle, so the statement in flight never ran."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or (state.startswith(("08", "57P")) and state != "57P05")
+
+
 def first_line(exc: BaseException) -> str:
     """libpq's messages go on with hints on further lines; a log line needs the first."""
     text = str(exc).strip()

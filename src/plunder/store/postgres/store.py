@@ -56,6 +56,7 @@ from plunder.store.postgres import turns
 from plunder.store.postgres.connections import (
     UTC_NAMES,
     PgConnection,
+    answer_lost,
     call_deadline,
     connection_kwargs,
     first_line,
@@ -365,14 +366,7 @@ class PostgresStore(SQLStore):
         return errors.StoreError(message)
 
     def _commit_lost(self, exc: BaseException | None) -> bool:
-        # A lost connection (no SQLSTATE, or class 08), or a server that ended the backend
-        # (57P01-57P03: it may have committed just before): the answer never came. Not
-        # 57P05, idle_session_timeout: the server ends only a session that was idle, so the
-        # statement in flight never ran.
-        if not isinstance(exc, psycopg.OperationalError):
-            return False
-        state = exc.sqlstate
-        return state is None or (state.startswith(("08", "57P")) and state != "57P05")
+        return answer_lost(exc)
 
     def _turn_at_once(
         self,

@@ -51,7 +51,7 @@ class Probe:
         self.url = url
         self.path: str | None = None  # the SQLite file
         if url.startswith("sqlite:"):
-            from plunder.store.sqlite import parse_url
+            from plunder.store.sqlite.files import parse_url
 
             self.path = str(parse_url(url)[0])
             self.conn: Any = sqlite3.connect(self.path, isolation_level=None, timeout=30)

@@ -9,7 +9,7 @@ protocol (plunder.protocol), with up to ``depth`` turns in flight.
 
 One turn at a time, the worker waits for each exchange; that is all a link without a pipe
 (SQLite, a gateway) offers. Where the link has a pipe (PostgreSQL's pipeline mode:
-plunder.store.pgturn), a busy worker sends its next turn before it waits for the oldest in
+plunder.store.postgres.turns), a busy worker sends its next turn before it waits for the oldest in
 flight, as soon as the outcomes of the jobs it started leave slots for a full claim: the
 database then goes from turn to turn without waiting for the worker in between. A turn
 comes back committed; its jobs start only then. A turn claims at most a share of the slots

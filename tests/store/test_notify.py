@@ -245,7 +245,7 @@ def test_a_listener_names_its_channels_while_it_lives_and_not_after(
 ) -> None:
     """The row says what the connection LISTENs on, its expiry moves on at the waits that
     refresh it, and closing removes it (a listener that dies unannounced lapses instead)."""
-    from plunder.store import pgconn
+    from plunder.store.postgres import notifications
 
     plain = raw_connect(store_url)
     plain.autocommit = True
@@ -253,7 +253,7 @@ def test_a_listener_names_its_channels_while_it_lives_and_not_after(
     try:
         ((channels, first),) = plain.execute(read).fetchall()
         assert sorted(channels) == sorted(EVERY)
-        monkeypatch.setattr(pgconn, "LISTENER_REFRESH", 0.0)  # from the next (re)naming on
+        monkeypatch.setattr(notifications, "LISTENER_REFRESH", 0.0)  # from the next (re)naming on
         assert notes.wait(0.0, ["plunder_enqueued"]) == []
         ((channels, second),) = plain.execute(read).fetchall()
         assert channels == ["plunder_enqueued"] and second > first
@@ -263,7 +263,7 @@ def test_a_listener_names_its_channels_while_it_lives_and_not_after(
         (ttl,) = plain.execute(
             "SELECT extract(epoch FROM expires_at - statement_timestamp()) FROM plunder_listeners"
         ).fetchone()
-        assert pgconn.LISTENER_TTL - 5 < float(ttl) <= pgconn.LISTENER_TTL
+        assert notifications.LISTENER_TTL - 5 < float(ttl) <= notifications.LISTENER_TTL
         notes.close()
         assert plain.execute(read).fetchall() == []
     finally:

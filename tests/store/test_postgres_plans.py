@@ -14,7 +14,7 @@ import plunder
 from plunder import errors
 from plunder.model import Completion, JobSpec
 from plunder.store import Store
-from plunder.store.pgtx import INDEX_PLANNED
+from plunder.store.postgres.tx import INDEX_PLANNED
 from tests.store.helpers import claim, open_session
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from plunder.model import JobSpec
 from plunder.store import Store, open_store
-from plunder.store.postgres import UTC_NAMES
+from plunder.store.postgres.connections import UTC_NAMES
 from tests.store.helpers import claim, open_session
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"])

@@ -17,8 +17,9 @@ import plunder
 from plunder import errors
 from plunder.model import Claim, Completion, JobSpec, Session
 from plunder.states import Status
-from plunder.store import Store, pgturn
+from plunder.store import Store
 from plunder.store.base import TurnPipe
+from plunder.store.postgres import turns
 from tests.store.helpers import claim, open_session
 
 
@@ -408,8 +409,8 @@ def prepared_turns(store: Store) -> list[tuple[int, bool]]:
                 "SELECT name FROM pg_prepared_statements WHERE statement LIKE %s",
                 ("%done AS (%",),
             ).fetchall()
-            assert all(name == (pgturn.STATEMENT,) for name in names), names
-            seen.append((len(names), pgturn.STATEMENT in conn.index_planned))
+            assert all(name == (turns.STATEMENT,) for name in names), names
+            seen.append((len(names), turns.STATEMENT in conn.index_planned))
         return seen
     finally:
         for conn in held:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from plunder.store.pgconn import refused_for_good, server_reason
+from plunder.store.postgres.connections import refused_for_good, server_reason
 
 AT = 'connection failed: connection to server at "127.0.0.1", port 5432 failed: '
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from plunder import errors
-from plunder.store import sqlite
+from plunder.store.sqlite import files
 
 MOUNTS = """\
 sysfs /sys sysfs rw,nosuid,nodev,noexec,relatime 0 0
@@ -37,11 +37,11 @@ sshfs#me@host: /home/me/remote fuse.sshfs rw 0 0
     ],
 )
 def test_filesystem_type_uses_the_longest_mount_prefix(path: str, kind: str) -> None:
-    assert sqlite.filesystem_type(Path(path), MOUNTS) == kind
+    assert files.filesystem_type(Path(path), MOUNTS) == kind
 
 
 def test_filesystem_type_is_none_without_a_matching_mount() -> None:
-    assert sqlite.filesystem_type(Path("/var/x.db"), "garbage\n\n/dev/sda1 /srv ext4 rw\n") is None
+    assert files.filesystem_type(Path("/var/x.db"), "garbage\n\n/dev/sda1 /srv ext4 rw\n") is None
 
 
 @pytest.mark.parametrize(
@@ -55,7 +55,7 @@ def test_filesystem_type_is_none_without_a_matching_mount() -> None:
 )
 def test_a_database_on_a_network_filesystem_is_refused(path: str) -> None:
     with pytest.raises(errors.ConfigError, match="network filesystem") as caught:
-        sqlite.check_local(Path(path), MOUNTS)
+        files.check_local(Path(path), MOUNTS)
     assert path in str(caught.value) and "PostgreSQL" in str(caught.value)
 
 
@@ -63,7 +63,7 @@ def test_a_database_on_a_network_filesystem_is_refused(path: str) -> None:
     "path", ["/var/lib/plunder.db", "/srv/shared/local/plunder.db", "/srv/sharedness/p.db"]
 )
 def test_a_database_on_a_local_filesystem_is_accepted(path: str) -> None:
-    sqlite.check_local(Path(path), MOUNTS)
+    files.check_local(Path(path), MOUNTS)
 
 
 def test_check_local_looks_at_an_existing_file_itself(tmp_path: Path) -> None:
@@ -71,12 +71,12 @@ def test_check_local_looks_at_an_existing_file_itself(tmp_path: Path) -> None:
     db.touch()
     mounts = f"/dev/sda1 / ext4 rw 0 0\nserver:/x {db} nfs rw 0 0\n"  # a file bind mount
     with pytest.raises(errors.ConfigError, match="nfs"):
-        sqlite.check_local(db, mounts)
-    sqlite.check_local(tmp_path / "not-yet.db", mounts)  # judged by its directory
+        files.check_local(db, mounts)
+    files.check_local(tmp_path / "not-yet.db", mounts)  # judged by its directory
 
 
 def test_the_real_mounts_are_read_when_none_are_given(tmp_path: Path) -> None:
-    sqlite.check_local(tmp_path / "plunder.db")  # the test's tmp_path is local
+    files.check_local(tmp_path / "plunder.db")  # the test's tmp_path is local
 
 
 # -- URLs ---------------------------------------------------------------------------------------
@@ -92,7 +92,7 @@ def test_the_real_mounts_are_read_when_none_are_given(tmp_path: Path) -> None:
     ],
 )
 def test_parse_url_accepts_files_and_synchronous(url: str, path: str, synchronous: str) -> None:
-    assert sqlite.parse_url(url) == (Path(path), {"synchronous": synchronous})
+    assert files.parse_url(url) == (Path(path), {"synchronous": synchronous})
 
 
 @pytest.mark.parametrize(
@@ -113,4 +113,4 @@ def test_parse_url_rejects_memory_unknown_options_and_bad_synchronous(
     url: str, message: str
 ) -> None:
     with pytest.raises(errors.ConfigError, match=message):
-        sqlite.parse_url(url)
+        files.parse_url(url)

@@ -113,7 +113,7 @@ class TurnAnswer(Protocol):
 
 
 class TurnPipe(Protocol):
-    """A worker's turns sent ahead (PostgreSQL, see plunder.store.pgturn): each is sent
+    """A worker's turns sent ahead (PostgreSQL, see plunder.store.postgres.turns): each is sent
     before the answer to the one before is read, so that the database runs it while the
     worker starts that one's jobs. Up to ``depth`` in flight, answered in the order they
     were sent; one thread uses it."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 # The operations only one dialect has: its own strategy, kept in its own file and driver.
 # Every other name is in both files (tests/unit/test_queries.py checks), never stubbed.
@@ -113,25 +114,27 @@ def _body(sql: str) -> str:
     return "\n".join(lines)
 
 
+def _sql(dialect: str) -> Traversable:
+    """The SQL folder of a dialect's driver package (``plunder/store/<dialect>/sql``),
+    reached from ``plunder.store``: reading SQL text never imports the driver."""
+    if dialect not in DIALECT_ONLY:
+        raise ValueError(f"unknown dialect {dialect!r}: use one of {sorted(DIALECT_ONLY)}")
+    return resources.files("plunder.store").joinpath(dialect, "sql")
+
+
 @cache
 def load(dialect: str) -> dict[str, str]:
-    text = (
-        resources.files("plunder.store")
-        .joinpath("sql", dialect, "queries.sql")
-        .read_text(encoding="utf-8")
-    )
-    return parse(text)
+    return parse(_sql(dialect).joinpath("queries.sql").read_text(encoding="utf-8"))
 
 
 def schema(dialect: str) -> str:
     """The fresh schema: what applying every migration in order produces."""
-    path = resources.files("plunder.store").joinpath("sql", dialect, "schema.sql")
-    return path.read_text(encoding="utf-8")
+    return _sql(dialect).joinpath("schema.sql").read_text(encoding="utf-8")
 
 
 def migrations(dialect: str) -> list[tuple[int, str, str]]:
     """Every migration as (version, file name, SQL), in version order."""
-    folder = resources.files("plunder.store").joinpath("sql", dialect, "migrations")
+    folder = _sql(dialect).joinpath("migrations")
     found: list[tuple[int, str, str]] = []
     for entry in folder.iterdir():
         match = re.fullmatch(r"(\d{4})_[a-z0-9_]+\.sql", entry.name)

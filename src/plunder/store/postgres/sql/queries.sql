@@ -303,7 +303,7 @@ FROM (SELECT count(*) FROM told) AS t LEFT JOIN claimed AS c ON true;
 
 -- name: plans_by_index
 -- Sent just before the first run on a pooled connection of a statement a worker repeats
--- (a turn, a claim, an acknowledgement: pgtx.INDEX_PLANNED), with plans_reset just after
+-- (a turn, a claim, an acknowledgement: tx.INDEX_PLANNED), with plans_reset just after
 -- it, in the same transaction where there is one. That run prepares the statement, and the
 -- plan made then (a generic plan, see PostgresStore._pool_kwargs) serves every later run
 -- on the connection, until new statistics of the jobs table make the server plan it again.

@@ -1,6 +1,5 @@
-"""Connections to PostgreSQL that are not the pool's: the listening connection each
-process keeps for wake-ups (and its owner's heartbeats), with what it shares with the pool
-(the connection class, per-call deadlines).
+"""The listening connection each process keeps for wake-ups (and its owner's heartbeats),
+beside the pool (the connection class and per-call deadlines they share: connections).
 
 A NOTIFY costs more than its message: PostgreSQL serializes the commits of notifying
 transactions (a notifying commit holds a database-wide lock until its WAL is flushed), so
@@ -15,7 +14,6 @@ the statements that notify check for a live row on their channel first.
 from __future__ import annotations
 
 import logging
-import re
 import secrets
 import select
 import socket
@@ -28,64 +26,9 @@ import psycopg
 
 from plunder import errors
 from plunder.store.deadlines import Deadlines
+from plunder.store.postgres.connections import PgConnection, call_deadline, first_line, socket_of
 
 log = logging.getLogger("plunder.store")
-
-
-def socket_of(conn: psycopg.Connection[Any]) -> int:
-    return int(conn.pgconn.socket)  # OperationalError once the connection is closed
-
-
-@contextmanager
-def call_deadline(
-    deadlines: Deadlines, conn: psycopg.Connection[Any], timeout: float | None, url: str
-) -> Iterator[None]:
-    """Run the block as one call on ``conn`` that is cut after ``timeout`` seconds (never,
-    for None: only ``cut_all``); a cut call raises StoreBusy, which is retried on a fresh
-    connection like any lost connection."""
-    with deadlines.watch(conn, timeout) as call:
-        try:
-            yield
-        except (psycopg.Error, errors.StoreBusy) as exc:
-            if call.reason is None:
-                raise
-            raise errors.StoreBusy(f"{url}: {call.reason}; the connection was cut") from exc
-
-
-def first_line(exc: BaseException) -> str:
-    """libpq's messages go on with hints on further lines; a log line needs the first."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-# A login the server refuses whatever the moment: failed authentication (28000, 28P01), no
-# such database (3D000) or role (28000). libpq keeps no SQLSTATE for a refused login, only
-# the server's message (English unless the server's lc_messages says otherwise): hence
-# the words, beside the states for a driver that does keep them.
-REFUSED_STATES = frozenset({"28000", "28P01", "3D000"})
-REFUSED_WORDS = re.compile(
-    r'FATAL:\s+(?:(?:database|role) "[^"]*" does not exist|.*authentication failed'
-    r"|no pg_hba\.conf entry|pg_hba\.conf rejects|.*is not permitted to log in"
-    r"|permission denied for database)|no password supplied"
-)
-
-
-def refused_for_good(exc: psycopg.Error) -> bool:
-    """Whether a failed connection attempt was a refusal that trying again cannot change
-    (a refused port or a server starting up is worth another try)."""
-    if exc.sqlstate is not None:
-        return exc.sqlstate in REFUSED_STATES
-    return REFUSED_WORDS.search(str(exc)) is not None
-
-
-def server_reason(exc: psycopg.Error) -> str:
-    """The server's own words for a refused login (``database "farm" does not exist``),
-    without libpq's framing; else the first line of the message."""
-    line = first_line(exc)
-    _, fatal, said = line.rpartition("FATAL:")
-    return " ".join(said.split()) if fatal else line
-
-
 CHANNELS = ("plunder_enqueued", "plunder_done", "plunder_stream")  # fixed names, never input
 PROBE_CHANNEL = "plunder_probe"
 # A listening connection's row in plunder_listeners lives this long after its last refresh
@@ -93,21 +36,6 @@ PROBE_CHANNEL = "plunder_probe"
 # waits at most half a second at a time).
 LISTENER_TTL = 60.0
 LISTENER_REFRESH = 15.0
-
-
-class PgConnection(psycopg.Connection[Any]):
-    """A connection that knows the settings its transactions must make themselves.
-
-    plunder's server settings (statement and idle-in-transaction timeouts) normally travel
-    in the ``options`` startup parameter, once per connection. A transaction pooler refuses
-    that parameter ("unsupported startup parameter: options", pgbouncer), and a
-    session-level SET would stay on a server connection the pooler then lends to another
-    client; there, each transaction makes them with ``set_config(name, value, true)`` (the
-    form of SET LOCAL), which ends with the transaction. Milliseconds by name, or None."""
-
-    per_transaction: dict[str, int] | None = None
-    # the statements prepared here at a first run planned by their indexes (pgtx.INDEX_PLANNED)
-    index_planned: frozenset[str] = frozenset()
 
 
 class PgNotifications:
@@ -228,6 +156,11 @@ class PgNotifications:
         except errors.StoreBusy:
             self._disconnect()
             raise
+        self._send_probe()
+
+    def _send_probe(self) -> None:
+        """NOTIFY the probe from a second connection; the waits look for it (see the class
+        docstring)."""
         token = secrets.token_hex(8)
         try:
             # a name of its own: it lives for a moment, beside the connection it probes
@@ -376,7 +309,7 @@ class PgNotifications:
     def _sleep(self, timeout: float, conn: psycopg.Connection[Any] | None = None) -> bool:
         """Until ``timeout`` passes, an interrupt() or (with ``conn``) something to read on
         the connection; True in that last case."""
-        poller = select.poll()  # not select: descriptors past its limit (see _spoken_to)
+        poller = select.poll()  # not select: descriptors past its limit (see connections.spoken_to)
         wake = self._wake_r.fileno()
         poller.register(wake, select.POLLIN)
         fd = None if conn is None else socket_of(conn)

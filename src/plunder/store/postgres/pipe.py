@@ -29,7 +29,7 @@ from psycopg import pq
 from psycopg.errors import lookup
 from psycopg.pq.abc import PGresult
 
-from plunder.store.pgtx import array_literal
+from plunder.store.postgres.tx import array_literal
 
 _PLACEHOLDER = re.compile(r"%\(([a-z_][a-z0-9_]*)\)s|%%|%")
 _BINARY = pq.Format.BINARY

@@ -21,7 +21,8 @@ results are on their way, held like any results not yet written.
 More turns may follow the first before the first is read (up to ``depth`` in flight): the
 server runs each as soon as it has committed the one before, without waiting for the
 worker. Answers are read oldest first, and reading one never waits for the next: the turns
-go through libpq's pipeline mode on psycopg's public ``pq`` module (see plunder.store.pgpipe).
+go through libpq's pipeline mode on psycopg's public ``pq`` module (see
+plunder.store.postgres.pipe).
 
 A turn that fails (an error, a lost or cut connection) ends the pipe's connection: it is
 closed, the turns after it are never read either, and the next send opens another. Whether
@@ -34,58 +35,48 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import psycopg
 
 from plunder import errors
 from plunder.model import SUSPECT_LOSSES, AckResult, Claim, Completion, JobRecord
-from plunder.store import convert, pgpipe
+from plunder.store import convert
 from plunder.store.deadlines import Call, Deadlines
-from plunder.store.engine import Tx
-from plunder.store.pgtx import array_literal
+from plunder.store.postgres import pipe
+from plunder.store.postgres.tx import array_literal
 from plunder.store.sqlbase import CLAIM_LEVELS, Claimed
 
 Encoded = list[tuple[Completion, str]]  # completions with their results encoded
 MAX_IN_FLIGHT = 3  # turns a pipe may have in flight
 STATEMENT = "plunder_turn"  # the turn's prepared statement, on each connection that prepares
-T = TypeVar("T")
 
 
-class PipeStore(Protocol):
-    """What turns need of the PostgreSQL store (``PostgresStore`` is one). Declared here so
-    that this module does not import the store that imports it."""
+@dataclass(frozen=True)
+class PipeSupport:
+    """What turns need of the PostgreSQL store, which builds it (``PostgresStore``): its
+    settings, and its operations as callables, so that turns name none of its members."""
 
-    @property
-    def url(self) -> str: ...
-    @property
-    def queries(self) -> dict[str, str]: ...
-    @property
-    def _pool_size(self) -> int: ...
-    @property
-    def _deadlines(self) -> Deadlines: ...
-    @property
-    def _call_timeout(self) -> float | None: ...
-    def _get_pool(self) -> Any: ...
-    def _pipe_connection(self) -> psycopg.Connection[Any] | None: ...
-    def _check_claim(self, queues: Sequence[str], limit: int) -> None: ...
-    def _encode_results(self, completions: Sequence[Completion]) -> Encoded: ...
-    def _claimed(self, claimed: tuple[list[str], list[Sequence[Any]]]) -> list[JobRecord]: ...
-    def _settle(self, tx: Tx, items: Encoded, clock: Any) -> tuple[list[Claim], list[Claim]]: ...
-    def _translate(self, exc: Exception) -> Exception | None: ...
-    def _run(
-        self,
-        op: Callable[[Tx], T],
-        *,
-        write: bool = True,
-        conn: Any = None,
-        repeatable: bool = True,
-        single: bool = False,
-    ) -> T: ...
+    url: str
+    queries: Mapping[str, str]
+    pool_size: int
+    deadlines: Deadlines
+    call_timeout: float | None  # each turn's deadline, from send to receive
+    # a pooled connection to hold, prepared as the pool prepares; None behind a
+    # transaction pooler (each transaction must make plunder's settings there)
+    hold: Callable[[], psycopg.Connection[Any] | None]
+    give_back: Callable[[psycopg.Connection[Any]], None]  # to the pool
+    check_claim: Callable[[Sequence[str], int], None]  # raises on a bad queue or limit
+    encode: Callable[[Sequence[Completion]], Encoded]  # the completions' results encoded
+    records: Callable[[Claimed], list[JobRecord]]  # claimed rows as job records
+    # which completions were accepted (and which refused), in a transaction of its own
+    settle: Callable[[Encoded, datetime | None], tuple[list[Claim], list[Claim]]]
+    alive: Callable[[str, datetime | None], bool]  # whether a session is alive
+    translate: Callable[[Exception], Exception | None]  # a driver error as plunder's
 
 
 def turn_params(
@@ -119,7 +110,7 @@ class Answer:
 
     def __init__(
         self,
-        store: PipeStore,
+        support: PipeSupport,
         plain: Encoded,
         session_id: str,
         read: Callable[[], Claimed],
@@ -128,7 +119,7 @@ class Answer:
         limit: int = 0,
         take_suspect: bool = False,
     ) -> None:
-        self.store = store
+        self.support = support
         self.plain = plain
         self.session_id = session_id
         self.claimed = claimed  # how many jobs it claimed
@@ -138,10 +129,10 @@ class Answer:
         self._table: Claimed | None = None
 
     @classmethod
-    def of(cls, store: PipeStore, plain: Encoded, session_id: str, table: Claimed) -> Answer:
+    def of(cls, support: PipeSupport, plain: Encoded, session_id: str, table: Claimed) -> Answer:
         """The answer of rows read already."""
         claimed = sum(1 for row in table[1] if row[1] is not None)
-        return cls(store, plain, session_id, lambda: table, claimed)
+        return cls(support, plain, session_id, lambda: table, claimed)
 
     @property
     def completions(self) -> list[Completion]:
@@ -156,27 +147,23 @@ class Answer:
     def jobs(self) -> list[JobRecord]:
         """The jobs it claimed, in claim order."""
         names, rows = self.table()
-        return self.store._claimed((names[1:], [row[1:] for row in rows if row[1] is not None]))
+        return self.support.records((names[1:], [row[1:] for row in rows if row[1] is not None]))
 
     def settle(self, now: datetime | None = None) -> AckResult:
         """What became of its completions: looked at one by one if it completed fewer than
         it was given (refused, or a retry of one that committed). Raises SessionGone if it
         neither completed nor claimed anything and the session is gone."""
-        store, plain = self.store, self.plain
+        plain = self.plain
         rows = self.table()[1]
         acked = int(rows[0][0]) if rows else 0
         if acked == len(plain):
             completed = AckResult(tuple(c.claim for c, _ in plain), ())
         else:
-            ok, refused = store._run(lambda tx: store._settle(tx, plain, tx.clock(now)))
+            ok, refused = self.support.settle(plain, now)
             completed = AckResult(tuple(ok), tuple(refused))
-        if not acked and not self.claimed:  # as a claim: nothing found, the session may be gone
-            alive = store._run(
-                lambda tx: tx.one("session_alive", session_id=self.session_id, now=tx.clock(now)),
-                single=True,
-            )
-            if alive is None:
-                raise errors.SessionGone(f"session {self.session_id} has expired or was closed")
+        # as a claim: nothing found, the session may be gone
+        if not acked and not self.claimed and not self.support.alive(self.session_id, now):
+            raise errors.SessionGone(f"session {self.session_id} has expired or was closed")
         return completed
 
 
@@ -186,7 +173,7 @@ class _Flight:
     session_id: str
     watch: ExitStack  # the call's deadline, from send to receive
     call: Call
-    commands: int  # the commands it sent before its Sync (see pgpipe.Wire.read)
+    commands: int  # the commands it sent before its Sync (see pipe.Wire.read)
     sent_at: float  # time.monotonic()
     limit: int
     take_suspect: bool
@@ -197,14 +184,14 @@ class TurnPipe:
     Up to ``depth`` turns in flight, answered in the order they were sent; only the
     worker's main thread uses it."""
 
-    def __init__(self, store: PipeStore) -> None:
-        self._store = store
+    def __init__(self, support: PipeSupport) -> None:
+        self._support = support
         self._conn: psycopg.Connection[Any] | None = None
-        self._wire: pgpipe.Wire | None = None  # the connection's link in pipeline mode
+        self._wire: pipe.Wire | None = None  # the connection's link in pipeline mode
         self._flights: collections.deque[_Flight] = collections.deque()
-        self._shapes = pgpipe.Shapes()
-        queries = store.queries
-        self._statement = pgpipe.Statement.of(STATEMENT, queries["job_exchange"])
+        self._shapes = pipe.Shapes()
+        queries = support.queries
+        self._statement = pipe.Statement.of(STATEMENT, queries["job_exchange"])
         self._plans = (queries["plans_by_index"].encode(), queries["plans_reset"].encode())
 
     @property
@@ -257,12 +244,12 @@ class TurnPipe:
         statements are not prepared)."""
         if self._conn is not None:
             raise RuntimeError("the pipe holds a connection already: ready() comes first")
-        store = self._store
+        support = self._support
         params = turn_params([], "", queues=queues, tasks=tasks, limit=1, take_suspect=False)
         held: list[psycopg.Connection[Any]] = []
         try:
-            for _ in range(store._pool_size):
-                conn = store._pipe_connection()
+            for _ in range(support.pool_size):
+                conn = support.hold()
                 if conn is None:
                     return 0
                 held.append(conn)
@@ -273,15 +260,15 @@ class TurnPipe:
             return len(held)
         finally:
             for conn in held:
-                store._get_pool().putconn(conn)
+                support.give_back(conn)
 
     def _ready_one(self, conn: psycopg.Connection[Any], params: dict[str, Any]) -> None:
         """One turn on ``conn``, read at once; the connection is closed (the pool replaces
         it) if it fails or cannot leave pipeline mode."""
-        store = self._store
-        with store._deadlines.watch(conn, store._call_timeout) as call:
+        support = self._support
+        with support.deadlines.watch(conn, support.call_timeout) as call:
             try:
-                wire = pgpipe.Wire(conn)
+                wire = pipe.Wire(conn)
                 self._queue(wire, params)
                 wire.read(wire.sync())
             except psycopg.Error as exc:
@@ -312,9 +299,9 @@ class TurnPipe:
             raise RuntimeError(f"{len(self._flights)} turns are in flight already: receive first")
         if any(c.effects is not None for c in completions):
             raise ValueError("completions with effects go through job_complete_many")
-        store = self._store
-        store._check_claim(queues, limit)
-        plain = store._encode_results(completions)
+        support = self._support
+        support.check_claim(queues, limit)
+        plain = support.encode(completions)
         params = turn_params(
             plain, session_id, queues=queues, tasks=tasks, limit=limit, take_suspect=take_suspect
         )
@@ -322,7 +309,7 @@ class TurnPipe:
         if wire is None:
             return False
         watch = ExitStack()
-        call = watch.enter_context(store._deadlines.watch(wire.conn, store._call_timeout))
+        call = watch.enter_context(support.deadlines.watch(wire.conn, support.call_timeout))
         try:
             self._queue(wire, params)
             commands = wire.sync()
@@ -339,9 +326,9 @@ class TurnPipe:
         self._flights.append(flight)
         return True
 
-    def _queue(self, wire: pgpipe.Wire, params: dict[str, Any]) -> None:
+    def _queue(self, wire: pipe.Wire, params: dict[str, Any]) -> None:
         """Queue a turn's statement on ``wire``. Prepared at its first run on a connection
-        that prepares, and planned then by its indexes (pgtx.plan_once): between
+        that prepares, and planned then by its indexes (tx.plan_once): between
         plans_by_index and plans_reset, in the turn's own implicit transaction (if it
         fails, so does the setting). Where the connection prepares nothing, unnamed."""
         conn, statement = wire.conn, self._statement
@@ -372,7 +359,7 @@ class TurnPipe:
             with flight.watch:
                 result = wire.read(flight.commands)
                 if result is None or not result.nfields:
-                    raise errors.StoreError(f"{self._store.url}: a turn came back without rows")
+                    raise errors.StoreError(f"{self._support.url}: a turn came back without rows")
                 shape = self._shapes.of(result, wire.conn)
         except psycopg.Error as exc:
             self.close(discard=True)
@@ -387,7 +374,7 @@ class TurnPipe:
             return shape.names, shape.rows(result)
 
         return Answer(
-            self._store,
+            self._support,
             flight.plain,
             flight.session_id,
             read,
@@ -412,19 +399,19 @@ class TurnPipe:
         clean = not (flights or discard or conn.broken or conn.closed or wire is None)
         if not (clean and wire is not None and wire.leave()):
             conn.close()
-        self._store._get_pool().putconn(conn)
+        self._support.give_back(conn)
         return unread
 
-    def _open(self) -> pgpipe.Wire | None:
+    def _open(self) -> pipe.Wire | None:
         if self._conn is not None and self._wire is not None and not self._conn.closed:
             return self._wire
         self.close(discard=True)
-        conn = self._store._pipe_connection()
+        conn = self._support.hold()
         if conn is None:
             return None
         self._conn = conn
         try:
-            self._wire = pgpipe.Wire(conn)
+            self._wire = pipe.Wire(conn)
         except psycopg.Error as exc:
             self.close(discard=True)
             raise self._error(exc, None) from exc
@@ -432,6 +419,6 @@ class TurnPipe:
 
     def _error(self, exc: psycopg.Error, call: Call | None) -> Exception:
         if call is not None and call.reason is not None:
-            return errors.StoreBusy(f"{self._store.url}: {call.reason}; the connection was cut")
-        translated = self._store._translate(exc)
+            return errors.StoreBusy(f"{self._support.url}: {call.reason}; the connection was cut")
+        translated = self._support.translate(exc)
         return translated if translated is not None else errors.StoreError(str(exc))

@@ -30,14 +30,13 @@ from __future__ import annotations
 import logging
 import math
 import os
-import select
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 try:
     import psycopg
@@ -49,20 +48,29 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     ) from exc
 
 from plunder import errors
-from plunder.model import SUSPECT_LOSSES, AckResult, Completion, Exchange
-from plunder.store import pgturn, queries
+from plunder.model import SUSPECT_LOSSES, AckResult, Claim, Completion, Exchange
+from plunder.store import queries
 from plunder.store.deadlines import Deadlines
 from plunder.store.engine import Tx
-from plunder.store.pgconn import (
+from plunder.store.postgres import turns
+from plunder.store.postgres.connections import (
+    UTC_NAMES,
     PgConnection,
-    PgNotifications,
+    answer_lost,
     call_deadline,
+    connection_kwargs,
     first_line,
+    pool_options,
+    redact,
     refused_for_good,
     server_reason,
+    server_settings,
     socket_of,
+    spoken_to,
+    startup_options,
 )
-from plunder.store.pgtx import PgTx
+from plunder.store.postgres.notifications import PgNotifications
+from plunder.store.postgres.tx import PgTx
 from plunder.store.sqlbase import CLAIM_LEVELS, Claimed, SQLStore
 
 log = logging.getLogger("plunder.store")
@@ -70,45 +78,8 @@ RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected, pg_erro
 # what a server says when a pooler mixed up psycopg's prepared statements between clients
 PREPARED_MIXUP = (pg_errors.InvalidSqlStatementName, pg_errors.DuplicatePreparedStatement)
 PREPARE_THRESHOLD = 5  # runs of a statement on one connection before psycopg prepares it
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages and ``store.url``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def _spoken_to(conn: psycopg.Connection[Any]) -> bool:
-    """Whether the server sent something to this idle pooled connection. Most often it
-    closed it (a restart, ``idle_session_timeout``): a statement that commits on its own
-    would then fail, and for an enqueue nobody could tell whether before or after it
-    committed. In a transaction BEGIN fails first instead, surely before anything was
-    written, and the store retries on a fresh connection. (Anything else the server says
-    unasked, a changed setting say, only costs this call the two round trips.) poll, not
-    select: a process with many files open has descriptors past select's limit."""
-    try:
-        descriptor = conn.fileno()
-    except psycopg.Error:  # lost already
-        return True
-    poller = select.poll()
-    poller.register(descriptor, select.POLLIN)
-    return bool(poller.poll(0))
-
-
-# PostgreSQL's names for UTC (its tz database's aliases; GMT is left out: a format's TZ
-# field would print it differently)
-UTC_NAMES = frozenset(
-    ("UTC", "Etc/UTC", "UCT", "Etc/UCT", "Universal", "Etc/Universal", "Zulu", "Etc/Zulu")
-)
 RECONNECT_WINDOW = 5.0  # seconds the pool retries a lost connection before starting over
 REACH_INTERVAL = 1.0  # seconds between the tries to reach a server before the pool opens
-
-
-def _options(settings: dict[str, int]) -> str:
-    return " ".join(f"-c {name}={value}" for name, value in settings.items())
 
 
 class PostgresStore(SQLStore):
@@ -176,21 +147,9 @@ class PostgresStore(SQLStore):
             return self._pool
 
     def _connection_kwargs(self) -> dict[str, Any]:
-        return {
-            "autocommit": True,
-            "application_name": self._application_name,
-            "connect_timeout": max(1, int(self._connect_timeout)),
-            "keepalives": 1,
-            "keepalives_idle": 10,
-            "keepalives_interval": 5,
-            "keepalives_count": 3,
-            # a peer that stops acknowledging is dropped after this, instead
-            # of hanging a call for the kernel's ~15 minutes
-            "tcp_user_timeout": int(self._tcp_user_timeout * 1000),
-            # pooled connections prepare (see _prepare_threshold); the others run few
-            # statements, or are short-lived
-            "prepare_threshold": None,
-        }
+        return connection_kwargs(
+            self._application_name, self._connect_timeout, self._tcp_user_timeout
+        )
 
     def notifications(
         self, *, listen: bool, application_name: str, statement_timeout: float | None = None
@@ -199,7 +158,7 @@ class PostgresStore(SQLStore):
         kwargs = {**self._connection_kwargs(), "application_name": application_name}
         settings = self._settings(statement_timeout)
         if settings and self._options_accepted():
-            kwargs["options"] = _options(settings)
+            kwargs["options"] = startup_options(settings)
         return PgNotifications(
             self._conninfo,
             kwargs,
@@ -211,17 +170,7 @@ class PostgresStore(SQLStore):
         )
 
     def _settings(self, statement_timeout: float | None) -> dict[str, int]:
-        """Settings for our backends, in milliseconds. ``idle_in_transaction_session_timeout``:
-        when this client hangs or is cut off in the middle of a transaction, the server
-        would hold that transaction, and its row locks (a job, a session, the janitor's
-        lease), for as long as the connection looks alive, which behind a hung peer is
-        forever: nobody could rescue those rows. The server ends such a transaction after
-        this long."""
-        values = {
-            "statement_timeout": statement_timeout,
-            "idle_in_transaction_session_timeout": self._idle_timeout,
-        }
-        return {name: int(value * 1000) for name, value in values.items() if value}
+        return server_settings(statement_timeout, self._idle_timeout)
 
     def _options_accepted(self) -> bool:
         """Whether the server takes settings in the ``options`` startup parameter (sent once
@@ -302,28 +251,11 @@ class PostgresStore(SQLStore):
         kwargs = self._connection_kwargs()
         if not self._options_accepted():
             return kwargs  # each transaction makes its settings (see settings_set)
-        # JIT-compiling plunder's short statements costs far more than running them (the
-        # claim's estimate passes jit_above_cost on a deep queue; see
-        # docs/decisions/0006-statistics-and-plans.md)
-        options = ["-c jit=off"]
-        settings = self._settings(self._statement_timeout)
-        if settings:
-            options.append(_options(settings))
-        if self._prepare_threshold() is not None:
-            # A prepared statement is planned afresh at every run while the server expects
-            # a custom plan to beat its generic one, which for the claim it always does:
-            # planning it then costs more than running it (decision record 0006). plunder's
-            # statements are written for their indexes whatever the values, so they are
-            # planned once per connection. A task's own transaction prepares nothing (see
-            # _task_transaction), so this never touches a user's queries.
-            options.append("-c plan_cache_mode=force_generic_plan")
-        if self._utc:
-            # The same zone, named so that psycopg knows it for UTC: a claim's timestamps
-            # are then read without a conversion each (through zoneinfo for "Etc/UTC", a
-            # common default), which cost a tenth of the worker's CPU per job. A server in
-            # any other zone is left in it: a task's own transaction sees the zone it set.
-            options.append("-c TimeZone=UTC")
-        kwargs["options"] = " ".join(options)
+        kwargs["options"] = pool_options(
+            self._settings(self._statement_timeout),
+            generic_plans=self._prepare_threshold() is not None,
+            utc=self._utc,
+        )
         return kwargs
 
     @staticmethod
@@ -347,7 +279,7 @@ class PostgresStore(SQLStore):
             conn.prepare_threshold = self._prepare_threshold()
             tx = PgTx(conn, self.queries)
             per_transaction = isinstance(conn, PgConnection) and conn.per_transaction
-            if not (single and conn.autocommit) or per_transaction or _spoken_to(conn):
+            if not (single and conn.autocommit) or per_transaction or spoken_to(conn):
                 with conn.transaction():
                     self._limit(tx, conn)
                     yield tx
@@ -434,14 +366,7 @@ class PostgresStore(SQLStore):
         return errors.StoreError(message)
 
     def _commit_lost(self, exc: BaseException | None) -> bool:
-        # A lost connection (no SQLSTATE, or class 08), or a server that ended the backend
-        # (57P01-57P03: it may have committed just before): the answer never came. Not
-        # 57P05, idle_session_timeout: the server ends only a session that was idle, so the
-        # statement in flight never ran.
-        if not isinstance(exc, psycopg.OperationalError):
-            return False
-        state = exc.sqlstate
-        return state is None or (state.startswith(("08", "57P")) and state != "57P05")
+        return answer_lost(exc)
 
     def _turn_at_once(
         self,
@@ -458,21 +383,55 @@ class PostgresStore(SQLStore):
         delivers NOTIFY (the statement notifies the result waiters)."""
         if not self.notifies:
             return None
-        params = pgturn.turn_params(
+        params = turns.turn_params(
             plain, session_id, queues=queues, tasks=tasks, limit=limit, take_suspect=take_suspect
         )
         names, rows = self._run(
             lambda tx: tx.table("job_exchange", **params, now=tx.clock(now)), single=True
         )
-        answer = pgturn.Answer.of(self, plain, session_id, (names, rows))
+        answer = turns.Answer.of(self._pipe_support, plain, session_id, (names, rows))
         return Exchange(answer.settle(now), AckResult((), ()), tuple(answer.jobs()))
 
-    def turn_pipe(self) -> pgturn.TurnPipe | None:
-        """Turns sent ahead (see plunder.store.pgturn), on a connection of the pool held
-        for them: not with a pool of one, which the pipe would keep from every other call."""
+    def turn_pipe(self) -> turns.TurnPipe | None:
+        """Turns sent ahead (see plunder.store.postgres.turns), on a connection of the pool
+        held for them: not with a pool of one, which the pipe would keep from every other
+        call."""
         if self._pool_size < 2 or not self.notifies:
             return None
-        return pgturn.TurnPipe(self)
+        return turns.TurnPipe(self._pipe_support)
+
+    @cached_property
+    def _pipe_support(self) -> turns.PipeSupport:
+        """What this store lends its turns: values fixed at construction, and operations
+        bound to it (the pool is looked up at each use: it is replaced after a fork)."""
+        return turns.PipeSupport(
+            url=self.url,
+            queries=self.queries,
+            pool_size=self._pool_size,
+            deadlines=self._deadlines,
+            call_timeout=self._call_timeout,
+            hold=self._pipe_connection,
+            give_back=lambda conn: self._get_pool().putconn(conn),
+            check_claim=self._check_claim,
+            encode=self._encode_results,
+            records=self._claimed,
+            settle=self._settle_apart,
+            alive=self._session_alive,
+            translate=self._translate,
+        )
+
+    def _settle_apart(
+        self, items: list[tuple[Completion, str]], now: datetime | None
+    ) -> tuple[list[Claim], list[Claim]]:
+        """Which of a turn's completions were accepted, in a transaction of its own."""
+        return self._run(lambda tx: self._settle(tx, items, tx.clock(now)))
+
+    def _session_alive(self, session_id: str, now: datetime | None) -> bool:
+        row = self._run(
+            lambda tx: tx.one("session_alive", session_id=session_id, now=tx.clock(now)),
+            single=True,
+        )
+        return row is not None
 
     def _pipe_connection(self) -> psycopg.Connection[Any] | None:
         """A pooled connection for a TurnPipe to hold; None (given back) behind a

@@ -34,6 +34,7 @@ from plunder.task import Task
 
 log = logging.getLogger("plunder.execution")
 STREAM_INTERVAL = 0.05
+IDLE_STREAM_INTERVAL = 1.0  # with no job running: woken when one starts (see Slots.start)
 worker_log = logging.getLogger("plunder.worker")  # what happened to a worker's jobs
 
 # young objects the collector lets pile up before it looks at them (Python's default: 700)
@@ -92,11 +93,15 @@ def stream_loop(
     handles: Callable[[], list[Handle]], wake: threading.Event, stop: threading.Event
 ) -> None:
     """A worker's streamer, until ``stop``: flush the running jobs' streams every
-    STREAM_INTERVAL, or at once when a task buffered FLUSH_BYTES (``wake``)."""
+    STREAM_INTERVAL, or at once when a task buffered FLUSH_BYTES (``wake``). With no job
+    running it sleeps until ``wake`` (set as jobs start), so that an idle worker stays
+    idle."""
+    running: list[Handle] = []
     while not stop.is_set():
-        wake.wait(STREAM_INTERVAL)
+        wake.wait(STREAM_INTERVAL if running else IDLE_STREAM_INTERVAL)
         wake.clear()
-        for handle in handles():
+        running = handles()
+        for handle in running:
             handle.flush_stream()
 
 

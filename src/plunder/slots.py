@@ -161,6 +161,8 @@ class Slots:
                 self.outcomes.put(Outcome(job, False, error=exc))
         for handle, why in self._threads.start_many(pooled):
             self.outcomes.put(Outcome(handle.job, False, error=why))
+        if handles:
+            self._on_stream()  # the streamer, idle while nothing ran, keeps their pace
 
     def _runner(self, task: Any) -> ThreadRunner | AsyncRunner | ProcessRunner:
         if task.is_async:

@@ -429,6 +429,7 @@ class Worker:
         """Stop what still runs (past the grace period, or a turn raised), write the
         results on their way, and close the session, which releases its jobs at once."""
         self._services_stop.set()
+        self._stream_wake.set()  # the streamer may sleep, with nothing running
         for unregister in self._unregister:  # the hub outlives the worker (it is the app's)
             unregister()
         left = self._slots.stop_all("the worker is shutting down", forget=True)

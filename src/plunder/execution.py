@@ -59,7 +59,7 @@ def tune_gc() -> None:
 
 
 @dataclass(slots=True)
-class Outcome:
+class Finished:
     """What one attempt produced: a result, or an error."""
 
     job: JobRecord
@@ -113,7 +113,7 @@ def failure(
     return Failure(handle.ctx.claim, info, retry_delay=delay, logs=logs, outcome=outcome)
 
 
-def failure_of(handle: Handle, outcome: Outcome) -> Failure:
+def failure_of(handle: Handle, outcome: Finished) -> Failure:
     """A task that raised: retried after its backoff if its task retries that error
     (attempts left are the store's to count), never if its arguments did not fit."""
     exc = outcome.error
@@ -134,7 +134,7 @@ def failure_of(handle: Handle, outcome: Outcome) -> Failure:
     return failure(handle, info, delay if retry else None)
 
 
-def after_acknowledged(handle: Handle, outcome: Outcome) -> None:
+def after_acknowledged(handle: Handle, outcome: Finished) -> None:
     """The task's own transaction acknowledged it with its result: an error raised after
     that, or a return value other than that result, cannot change the job (it committed).
     Either is refused and logged as an error naming the job."""
@@ -294,15 +294,15 @@ class ThreadRunner:
     def _run(self, handle: Handle) -> None:
         if handle.ctx.cancelled:  # stopped while it waited for a thread: never started
             stopped = RuntimeError(f"stopped before it started: {handle.ctx.cancel_reason}")
-            self.outcomes.put(Outcome(handle.job, False, error=stopped))
+            self.outcomes.put(Finished(handle.job, False, error=stopped))
             return
         try:
             args, kwargs = call_arguments(handle.task, handle.job, handle.ctx)
             result = handle.task.fn(*args, **kwargs)
         except BaseException as exc:  # reported as the job's failure, never swallowed
-            self.outcomes.put(Outcome(handle.job, False, error=exc))
+            self.outcomes.put(Finished(handle.job, False, error=exc))
             return
-        self.outcomes.put(Outcome(handle.job, True, result=result))
+        self.outcomes.put(Finished(handle.job, True, result=result))
 
     def stop(self, handle: Handle, reason: str) -> None:
         """Ask the task to stop (``ctx.cancelled``): a thread cannot be killed, so it
@@ -375,7 +375,7 @@ class AsyncRunner:
         no ``except`` in it ran); a coroutine that swallows the cancellation and goes on
         reports its outcome when it returns."""
         if task.cancelled():
-            self.outcomes.put(Outcome(job, False, error=asyncio.CancelledError()))
+            self.outcomes.put(Finished(job, False, error=asyncio.CancelledError()))
 
     async def _run(self, handle: Handle) -> None:
         try:
@@ -384,9 +384,9 @@ class AsyncRunner:
         except asyncio.CancelledError:
             raise  # reported by _cancelled, once the task is done
         except BaseException as exc:
-            self.outcomes.put(Outcome(handle.job, False, error=exc))
+            self.outcomes.put(Finished(handle.job, False, error=exc))
             return
-        self.outcomes.put(Outcome(handle.job, True, result=result))
+        self.outcomes.put(Finished(handle.job, True, result=result))
 
     def stop(self, handle: Handle, reason: str) -> None:
         handle.ctx.cancel(reason)  # before the cancel below: a hand-over still to come sees it

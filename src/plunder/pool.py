@@ -31,7 +31,7 @@ from typing import Any
 
 from plunder import errors, payload
 from plunder.context import LOG_FORMAT, JobIdentity
-from plunder.execution import Handle, Outcome, call_arguments
+from plunder.execution import Finished, Handle, call_arguments
 from plunder.model import ErrorInfo, JobRecord
 
 log = logging.getLogger("plunder.execution")
@@ -236,7 +236,7 @@ class ProcessRunner:
                 f"the task's process exited with code {child.process.exitcode} "
                 "before returning a result",
             )
-            self.outcomes.put(Outcome(handle.job, False, error_info=info))
+            self.outcomes.put(Finished(handle.job, False, error_info=info))
 
     def _relay(self, child: _Child, message: tuple[Any, ...]) -> bool:
         """Hand a message to the job it is of; False: an unreadable one, the child is
@@ -253,9 +253,9 @@ class ProcessRunner:
             with self._lock:  # idle before its outcome frees the slot: the next job takes it
                 child.handle = None
             if kind == "ok":
-                outcome = Outcome(handle.job, True, result=payload.decode(message[2]))
+                outcome = Finished(handle.job, True, result=payload.decode(message[2]))
             else:
-                outcome = Outcome(handle.job, False, error_info=ErrorInfo.from_dict(message[2]))
+                outcome = Finished(handle.job, False, error_info=ErrorInfo.from_dict(message[2]))
             self.outcomes.put(outcome)
         else:
             log.warning("job %d: unknown message from its process: %r", job_id, kind)

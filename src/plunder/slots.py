@@ -3,7 +3,7 @@ waiting to be sent.
 
 ```
  start(jobs) ─▶ a runner per task (threads, the event loop, the warm process pool)
-                    │ each job's Outcome, or a Wake posted by another thread
+                    │ each job's Finished (result or error), or a Wake posted by another thread
                     ▼
  collect() ─── outcomes ─▶ results in the Outbox (sent by plunder.turns) ─ slot freed
  enforce_deadlines() ───▶ a job past its timeout is stopped, failed as timed out
@@ -30,8 +30,8 @@ from plunder import errors, payload
 from plunder.context import Context, Sink
 from plunder.execution import (
     AsyncRunner,
+    Finished,
     Handle,
-    Outcome,
     ThreadRunner,
     after_acknowledged,
     failure,
@@ -88,7 +88,7 @@ class Slots:
         transactions go; ``on_stream()``: a task has stream events to write."""
         self.concurrency = concurrency
         self.outbox = Outbox()
-        self.outcomes: queue.SimpleQueue[Outcome | Wake] = queue.SimpleQueue()
+        self.outcomes: queue.SimpleQueue[Finished | Wake] = queue.SimpleQueue()
         self._pool = pool
         self._task = task
         self._sink = sink
@@ -158,9 +158,9 @@ class Slots:
             try:
                 runner.start(handle)
             except Exception as exc:  # could not even start: the job fails with why
-                self.outcomes.put(Outcome(job, False, error=exc))
+                self.outcomes.put(Finished(job, False, error=exc))
         for handle, why in self._threads.start_many(pooled):
-            self.outcomes.put(Outcome(handle.job, False, error=why))
+            self.outcomes.put(Finished(handle.job, False, error=why))
         if handles:
             self._on_stream()  # the streamer, idle while nothing ran, keeps their pace
 
@@ -181,18 +181,18 @@ class Slots:
             return
         self.record([first, *self.ready()])
 
-    def ready(self) -> list[Outcome | Wake]:
+    def ready(self) -> list[Finished | Wake]:
         """Every outcome waiting, taken but not yet recorded."""
-        taken: list[Outcome | Wake] = []
+        taken: list[Finished | Wake] = []
         with contextlib.suppress(queue.Empty):
             while True:
                 taken.append(self.outcomes.get_nowait())
         return taken
 
-    def record(self, outcomes: Sequence[Outcome | Wake]) -> None:
+    def record(self, outcomes: Sequence[Finished | Wake]) -> None:
         """Take in outcomes, in order: the results to send, the failures to report; the
         slots of the jobs they end are freed together (one look at the lock)."""
-        ended: list[tuple[Handle, Outcome]] = []
+        ended: list[tuple[Handle, Finished]] = []
         for outcome in outcomes:
             if isinstance(outcome, Wake):
                 self._end(ended)  # those before it first, as they came
@@ -209,14 +209,14 @@ class Slots:
                 self._stopping.returned(outcome.job.id, outcome.job.attempt)
         self._end(ended)
 
-    def current(self, outcome: Outcome | Wake) -> Handle | None:
+    def current(self, outcome: Finished | Wake) -> Handle | None:
         """The running job an outcome is of, unless stopped since (or a Wake)."""
         if isinstance(outcome, Wake):
             return None
         handle = self._running.get(outcome.job.id)
         return handle if handle is not None and handle.job.attempt == outcome.job.attempt else None
 
-    def _end(self, ended: list[tuple[Handle, Outcome]]) -> None:
+    def _end(self, ended: list[tuple[Handle, Finished]]) -> None:
         """The jobs of these outcomes no longer run (each unless ended already, by an
         earlier outcome): their results or failures go out with the next turn."""
         with self._lock:

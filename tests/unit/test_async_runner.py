@@ -11,7 +11,7 @@ import pytest
 
 import plunder
 from plunder.context import Context
-from plunder.execution import AsyncRunner, Handle, Outcome
+from plunder.execution import AsyncRunner, Finished, Handle
 from plunder.model import JobSpec
 from plunder.store import Store
 from tests.store.helpers import claim, open_session
@@ -76,7 +76,7 @@ def test_a_stop_queued_before_the_hand_over_still_cancels_the_task(store: Store)
     # its outcome still comes (the worker frees the job's slot on it), though no line of
     # its coroutine ran
     outcome = outcomes.get(timeout=5)
-    assert isinstance(outcome, Outcome) and not outcome.ok
+    assert isinstance(outcome, Finished) and not outcome.ok
     assert isinstance(outcome.error, asyncio.CancelledError)
     assert outcomes.empty()
     runner.close()
@@ -109,6 +109,6 @@ def test_a_coroutine_that_swallows_its_cancellation_reports_when_it_returns(
     with pytest.raises(queue.Empty):  # still running: no outcome frees its slot yet
         outcomes.get(timeout=0.1)
     outcome = outcomes.get(timeout=5)
-    assert isinstance(outcome, Outcome) and outcome.ok and outcome.result == "went on"
+    assert isinstance(outcome, Finished) and outcome.ok and outcome.result == "went on"
     assert outcomes.empty()
     runner.close()

@@ -15,7 +15,7 @@ import pytest
 
 import plunder
 from plunder.context import Context
-from plunder.execution import Handle, Outcome, ThreadRunner
+from plunder.execution import Finished, Handle, ThreadRunner
 from plunder.model import JobSpec
 from plunder.store import Store
 from tests.store.helpers import claim, open_session
@@ -57,7 +57,7 @@ def handles(store: Store, kinds: list[str]) -> list[Handle]:
     return [Handle(job=job, task=task, ctx=Context(job, store)) for job in jobs]
 
 
-def outcomes_of(outcomes: queue.SimpleQueue[Any], count: int) -> list[Outcome]:
+def outcomes_of(outcomes: queue.SimpleQueue[Any], count: int) -> list[Finished]:
     return [outcomes.get(timeout=10) for _ in range(count)]
 
 

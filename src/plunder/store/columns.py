@@ -277,27 +277,34 @@ _OPTION_AT = tuple((o.name, _AT[o.column]) for o in OPTIONS if not o.relative)
 
 class FreshJobs:
     """Records of jobs just inserted, from what was inserted (their options, checked, and
-    their own values) and what the insert assigned (ASSIGNED). The record values an options
-    dict gives are made once per dict (jobs enqueued together mostly share one)."""
+    their own values) and what the insert assigned (ASSIGNED, at ``at`` in its rows). The
+    record values an options dict gives are made once per dict (jobs enqueued together
+    mostly share one), and each time the insert assigned is converted once (``time``: the
+    driver's conversion)."""
 
-    def __init__(self) -> None:
-        self._bases: dict[int, tuple[dict[str, Any], list[Any]]] = {}
+    def __init__(self, at: Mapping[str, int], time: Callable[[Any], datetime]) -> None:
+        self._id = at["id"]
+        self._places = tuple((_AT[name], at[name]) for name in ASSIGNED_TIMES)
+        self._time = time
+        self._times: dict[Any, datetime | None] = {None: None}
+        self._bases: dict[int, tuple[Mapping[str, Any], list[Any]]] = {}
 
     def job(
-        self,
-        options: dict[str, Any],
-        own: tuple[Any, Any, str | None],
-        job_id: int,
-        times: Sequence[datetime | None],
+        self, options: Mapping[str, Any], own: tuple[Any, Any, Any], inserted: Sequence[Any]
     ) -> JobRecord:
-        """``own``: args and kwargs (decoded) and key; ``times``: as ASSIGNED_TIMES."""
+        """``own``: its args and kwargs (decoded) and key; ``inserted``: its row."""
         found = self._bases.get(id(options))
         if found is None or found[0] is not options:
             found = self._bases[id(options)] = (options, _base(options))
         values = found[1].copy()
-        values[_ID] = job_id
+        values[_ID] = int(inserted[self._id])
         values[_ARGS], values[_KWARGS], values[_KEY] = own
-        for i, value in zip(_TIMES_AT, times, strict=True):
+        times = self._times
+        for i, j in self._places:
+            moment = inserted[j]
+            value = times.get(moment, times)
+            if value is times:
+                value = times[moment] = self._time(moment)
             values[i] = value
         return build_job(*values)
 
@@ -313,7 +320,6 @@ def _base(options: Mapping[str, Any]) -> list[Any]:
 
 _ID = _AT["id"]
 _ARGS, _KWARGS, _KEY = (_AT[name] for name in OWN)
-_TIMES_AT = tuple(_AT[name] for name in ASSIGNED_TIMES)
 
 
 def _check_declaration() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import operator
 from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from plunder import errors, payload
@@ -19,7 +18,7 @@ from plunder.model import JobRecord, JobSpec
 from plunder.store import columns
 from plunder.store.engine import MAX_ENQUEUE, Engine, Now, Row, Tx, insert_mismatch
 
-# Where _fresh finds what the insert assigned in a row made for a numbered insert (see
+# Where FreshJobs finds what the insert assigned in a row made for a numbered insert (see
 # Enqueue._match_numbered): in the order of columns.ASSIGNED.
 _NUMBERED = {name: i for i, name in enumerate(columns.ASSIGNED)}
 
@@ -147,10 +146,9 @@ class Enqueue(Engine):
                     int(fresh[i][at["id"]]) if i in fresh else int(active[i]["id"])
                     for i in range(len(rows))
                 ]
-            times: dict[Any, datetime | None] = {}  # shared: created_at and most run_at
-            made = columns.FreshJobs()
+            made = columns.FreshJobs(at, self._time)
             return [
-                self._fresh((settings[i], rows[i]), specs[i], fresh[i], at, made=made, times=times)
+                made.job(settings[i], _decoded(specs[i], rows[i]), fresh[i])
                 if i in fresh
                 else self._job(active[i])
                 for i in range(len(rows))
@@ -184,7 +182,7 @@ class Enqueue(Engine):
     ) -> dict[str, int]:
         """Insert the ``todo`` inputs (their ``values``) with one statement; note each
         input's stored row in ``fresh`` or, where its key was taken, the job holding that
-        key in ``active``. Returns where _fresh finds id and times in a stored row."""
+        key in ``active``. Returns where FreshJobs finds what it assigned in a stored row."""
         if self.numbers_jobs:
             count = tx.batch_count(query, values, now=clock, **common)
             self._match_numbered(tx, batch, todo, count, clock, fresh=fresh, active=active)
@@ -195,30 +193,6 @@ class Enqueue(Engine):
             tx, batch.rows, batch.settings, todo, (at, inserted), fresh=fresh, active=active
         )
         return at
-
-    def _fresh(
-        self,
-        encoded: tuple[dict[str, Any], dict[str, Any]],
-        spec: JobSpec,
-        inserted: Sequence[Any],
-        at: dict[str, int],
-        *,
-        made: columns.FreshJobs,
-        times: dict[Any, datetime | None],
-    ) -> JobRecord:
-        """The record of a job just inserted, from what we inserted (what the stored JSON
-        text decodes to) and what the database assigned (columns.ASSIGNED)."""
-        options, row = encoded
-        moments = [inserted[at[name]] for name in columns.ASSIGNED_TIMES]
-        for moment in moments:
-            if moment not in times:
-                times[moment] = self._opt_time(moment)
-        own = (
-            payload.copy_or_decode(spec.args, row["args"]),
-            payload.copy_or_decode(spec.kwargs, row["kwargs"]),
-            row["key"],
-        )
-        return made.job(options, own, int(inserted[at["id"]]), [times[m] for m in moments])
 
     def _match_inserted(
         self,
@@ -269,7 +243,7 @@ class Enqueue(Engine):
     ) -> None:
         """Which of ``todo`` a numbered insert (see Engine.numbers_jobs) stored: all when it
         inserted as many rows as it was given, else those whose id is now in the table (the
-        others' keys were taken). A fresh job's row, for ``_fresh``, is made here: what the
+        others' keys were taken). A fresh job's row, for FreshJobs, is made here: what the
         statement assigned (columns.ASSIGNED), as it computed it."""
         rows = batch.rows
         stored: set[int] | None = None
@@ -277,18 +251,15 @@ class Enqueue(Engine):
             found = tx.all("job_claim_state", job_ids=self._list_in([rows[i]["seq"] for i in todo]))
             stored = {int(r["id"]) for r in found}
         keyed = []
+        assigned: dict[int, tuple[Any, ...]] = {}  # by options: created_at and RELATIVE
         for i in todo:
             seq = rows[i]["seq"]
             if stored is None or seq in stored:
                 options = batch.settings[i]
-                fresh[i] = (
-                    seq,
-                    clock,  # created_at
-                    *(
-                        None if options[o.name] is None else clock + options[o.name]
-                        for o in columns.RELATIVE
-                    ),
-                )
+                tail = assigned.get(id(options))
+                if tail is None:
+                    tail = assigned[id(options)] = _assigned(options, clock)
+                fresh[i] = (seq, *tail)
             elif rows[i]["key"] is None:
                 raise errors.StoreError(f"enqueue did not store job {seq}, which has no key")
             else:
@@ -307,3 +278,20 @@ class Enqueue(Engine):
         for i in keyed:
             if rows[i]["key"] in found:
                 active[i] = found[rows[i]["key"]]
+
+
+def _assigned(options: dict[str, Any], clock: Any) -> tuple[Any, ...]:
+    """What a numbered insert assigns a job after its id (columns.ASSIGNED): created_at,
+    then each RELATIVE column, as the statement computes them from ``clock``."""
+    relative = (options[o.name] for o in columns.RELATIVE)
+    return (clock, *(None if seconds is None else clock + seconds for seconds in relative))
+
+
+def _decoded(spec: JobSpec, row: dict[str, Any]) -> tuple[Any, Any, str | None]:
+    """A fresh job's own values as its record holds them: what the stored JSON text of its
+    args and kwargs decodes to, and its key."""
+    return (
+        payload.copy_or_decode(spec.args, row["args"]),
+        payload.copy_or_decode(spec.kwargs, row["kwargs"]),
+        row["key"],
+    )

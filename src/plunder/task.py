@@ -12,7 +12,7 @@ import functools
 import inspect
 import typing
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
 from plunder import errors, payload
@@ -22,6 +22,9 @@ from plunder.model import JobSpec, TaskInfo, positional_builder
 POOLS = ("thread", "process")
 # JobSpec(*values), fields in declaration order: an enqueue makes one per job
 build_spec = positional_builder(JobSpec)
+# JobSpec's fields after (task, args, kwargs): each an Options field of the same name but
+# max_attempts, which is retries + 1
+SPEC_OPTIONS = tuple(f.name for f in fields(JobSpec))[3:]
 
 
 class Producer(Protocol):
@@ -97,18 +100,9 @@ class Options:
             or (self.retries < 0)
         ):
             raise ValueError(f"retries must be a non-negative integer, not {self.retries!r}")
-        options = (
-            self.queue,
-            self.priority,
-            self.delay,
-            self.retries + 1,  # max_attempts
-            self.timeout,
-            self.backoff_base,
-            self.backoff_cap,
-            self.retry_on_timeout,
-            self.key,
-            self.retry_on_lost,
-            self.expires_in,
+        options = tuple(
+            self.retries + 1 if name == "max_attempts" else getattr(self, name)
+            for name in SPEC_OPTIONS
         )
 
         def make(args: Sequence[Any], kwargs: dict[str, Any]) -> JobSpec:

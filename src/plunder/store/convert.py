@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import math
-import operator
-from collections.abc import Container, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from plunder import errors, payload
-from plunder.model import Claim, Completion, ErrorInfo, JobSpec, SweepResult
+from plunder.model import Claim, Completion, ErrorInfo, SweepResult
 from plunder.states import Outcome, Status
 
 Row = Mapping[str, Any]
@@ -66,146 +64,6 @@ def status_name(value: str) -> str:
     except ValueError:
         names = ", ".join(s.value for s in Status)
         raise errors.InvalidName(f"unknown job status {value!r}; one of: {names}") from None
-
-
-_settings: dict[tuple[Any, ...], dict[str, Any]] = {}  # validated spec options, see below
-
-
-def spec_settings(spec: JobSpec) -> dict[str, Any]:
-    """The validated options of one spec (everything but its arguments and key). Jobs
-    enqueued together mostly share them, so each combination is checked once; the cache key
-    holds the types too, because ``True == 1`` and ``1 == 1.0``."""
-    values = (
-        spec.queue,
-        spec.task,
-        spec.priority,
-        spec.max_attempts,
-        spec.timeout,
-        spec.backoff_base,
-        spec.backoff_cap,
-        spec.retry_on_timeout,
-        spec.delay,
-        spec.retry_on_lost,
-        spec.expires_in,
-    )
-    kinds = tuple(map(type, values))
-    cacheable = True
-    try:
-        found = _settings.get((values, kinds))
-    except TypeError:  # an unhashable value, certainly invalid: let the checks say why
-        found, cacheable = None, False
-    if found is None:
-        found = {
-            "queue": payload.check_queue(spec.queue),
-            "task": payload.check_task(spec.task),
-            "priority": integer("priority", spec.priority, -INT32, INT32),
-            "max_attempts": integer("max_attempts", spec.max_attempts, 1, 1000),
-            "timeout": None if spec.timeout is None else positive("timeout", spec.timeout),
-            "backoff_base": non_negative("backoff_base", spec.backoff_base),
-            "backoff_cap": non_negative("backoff_cap", spec.backoff_cap),
-            "retry_on_timeout": bool(spec.retry_on_timeout),
-            "delay": non_negative("delay", spec.delay),
-            "retry_on_lost": bool(spec.retry_on_lost),
-            "expires_in": _expires_in(spec.expires_in, spec.delay),
-        }
-        if cacheable:
-            if len(_settings) >= 1024:
-                _settings.clear()
-            _settings[values, kinds] = found
-    return found
-
-
-def _expires_in(value: object, delay: object) -> float | None:
-    """A start-by deadline (seconds after the enqueue) that leaves the job time to start."""
-    if value is None:
-        return None
-    seconds = positive("expires_in", value)
-    if seconds <= non_negative("delay", delay):
-        raise ValueError(
-            f"expires_in ({value!r}s) must be longer than delay ({delay!r}s): "
-            "the job would expire before it is due"
-        )
-    return seconds
-
-
-_options_of = operator.attrgetter(
-    "queue", "task", "priority", "max_attempts", "timeout",
-    "backoff_base", "backoff_cap", "retry_on_timeout", "delay", "retry_on_lost", "expires_in",
-)  # fmt: skip
-
-
-@dataclass(slots=True)
-class Inserts:
-    """Specs validated and encoded for ``job_insert``: for each, its options (the dict
-    ``spec_settings`` shares between specs that have the same ones) and its own values
-    (args, kwargs, key). Ids must follow input order, so each run of specs with the same
-    options inserts in one statement that binds them once; a batch with more runs than
-    the store allows (``Engine.insert_runs``) inserts in one ``job_insert_mixed`` that binds
-    each row's own."""
-
-    settings: list[dict[str, Any]]
-    rows: list[dict[str, Any]]
-    runs: list[list[int]]
-    query: str
-
-    def statements(
-        self, done: Container[int]
-    ) -> Iterator[tuple[list[int], list[dict[str, Any]], dict[str, Any]]]:
-        """For each run with inputs not yet done: those inputs, their rows, and the values
-        the statement binds once."""
-        for run in self.runs:
-            todo = [i for i in run if i not in done]
-            if todo:
-                common = self.settings[todo[0]] if self.query == "job_insert" else {}
-                yield todo, [self.rows[i] for i in todo], common
-
-
-def inserts(specs: Sequence[JobSpec], runs_allowed: int) -> Inserts:
-    """Validate and encode specs (see Inserts); raise before anything is written. Specs made
-    from one task's options hold the very same option objects, so a spec like the one
-    before it is not looked up again."""
-    settings: list[dict[str, Any]] = []
-    rows: list[dict[str, Any]] = []
-    runs: list[list[int]] = []
-    before: tuple[Any, ...] = ()
-    options: dict[str, Any] = {}
-    for i, spec in enumerate(specs):
-        values = _options_of(spec)
-        if not (before and all(map(operator.is_, values, before))):
-            found = spec_settings(spec)
-            if found is not options:
-                runs.append([])
-            options = found
-        before = values
-        settings.append(options)
-        row = _own_values(spec)
-        row["seq"] = i  # orders the insert: ids follow the input
-        rows.append(row)
-        runs[-1].append(i)
-    if len(runs) <= runs_allowed:
-        return Inserts(settings, rows, runs, "job_insert")
-    merged = [{**options, **row} for options, row in zip(settings, rows, strict=True)]
-    return Inserts(settings, merged, [list(range(len(rows)))], "job_insert_mixed")
-
-
-def _own_values(spec: JobSpec) -> dict[str, Any]:
-    args, kwargs = spec.args, spec.kwargs
-    if type(args) is not list:
-        if not isinstance(args, list | tuple):
-            raise errors.PayloadError(
-                f"args of {spec.task!r} must be a list, not {type(args).__name__}"
-            )
-        args = list(args)
-    if not isinstance(kwargs, dict) or (kwargs and not all(isinstance(k, str) for k in kwargs)):
-        raise errors.PayloadError(f"kwargs of {spec.task!r} must be a dict with string keys")
-    key = spec.key
-    return {
-        "args": payload.encode(args, what="arguments", of=spec.task) if args else "[]",
-        "kwargs": payload.encode(kwargs, what="keyword arguments", of=spec.task)
-        if kwargs
-        else "{}",
-        "key": None if key is None else payload.check_key(key),
-    }
 
 
 def claims_of(rows: list[Row]) -> set[Claim]:

@@ -20,7 +20,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from plunder import errors, payload, policy
@@ -32,10 +32,9 @@ from plunder.model import (
     Lease,
     Run,
     Session,
-    build_job,
 )
 from plunder.states import TERMINAL, Outcome, Status
-from plunder.store import queries
+from plunder.store import columns, queries
 
 T = TypeVar("T")
 Row = Mapping[str, Any]
@@ -48,8 +47,6 @@ CHANNEL_ENQUEUED = "plunder_enqueued"  # payload: queue names with new or newly 
 CHANNEL_DONE = "plunder_done"  # payload: ids of jobs that reached a terminal state
 CHANNEL_STREAM = "plunder_stream"  # payload: ids of jobs with new stream events
 NOTIFY_BYTES = 7000
-
-_STATUS = {status.value: status for status in Status}  # Status(text) is slow on every claim
 
 SESSION_LOST = ErrorInfo(
     "plunder.SessionLost",
@@ -136,7 +133,7 @@ class Engine(ABC):
     url: str
     notifies = False  # whether the database delivers NOTIFY to listeners
     # runs of jobs with the same options an enqueue inserts one statement each, before it
-    # inserts a batch in one statement with each row's options (see convert.Inserts)
+    # inserts a batch in one statement with each row's options (see enqueue.Inserts)
     insert_runs = 4
     # whether an enqueue numbers its jobs itself (job_id_next, then each row's id is its
     # seq) and reads nothing back, which a database whose writers take turns allows; else
@@ -456,102 +453,8 @@ class Engine(ABC):
         return jobs
 
     def _jobs(self, names: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[JobRecord]:
-        """Records of job rows given as tuples in the order of ``names``. The columns are
-        looked up once per batch, and the values taken as the driver read them where it
-        read them as Python's own types (see _typed): on a claim of a hundred jobs this is
-        most of the worker's own cost per job."""
-        if not rows:
-            return []
-        at = {name: i for i, name in enumerate(names)}
-        (i_id, i_queue, i_task, i_args, i_kwargs, i_priority, i_status, i_attempt) = (
-            at["id"], at["queue"], at["task"], at["args"], at["kwargs"], at["priority"],
-            at["status"], at["attempt"],
-        )  # fmt: skip
-        (i_max, i_timeout, i_base, i_cap, i_retry, i_key, i_run_at, i_created) = (
-            at["max_attempts"], at["timeout"], at["backoff_base"], at["backoff_cap"],
-            at["retry_on_timeout"], at["key"], at["run_at"], at["created_at"],
-        )  # fmt: skip
-        (i_started, i_finished, i_deadline, i_session, i_result, i_error, i_failed) = (
-            at["started_at"], at["finished_at"], at["deadline_at"], at["session_id"],
-            at["result"], at["error"], at["failed_sessions"],
-        )  # fmt: skip
-        i_losses, i_lost, i_expires = at["losses"], at["retry_on_lost"], at["expires_at"]
-        rows = self._typed(
-            rows,
-            (i_run_at, i_created, i_started, i_finished, i_deadline, i_expires),
-            (i_retry, i_lost),
-            i_failed,
-        )
-        decode, status_of = payload.decode, _STATUS
-        return [
-            build_job(
-                r[i_id],
-                r[i_queue],
-                r[i_task],
-                decode(r[i_args]),
-                decode(r[i_kwargs]),
-                r[i_priority],
-                status_of[r[i_status]],
-                r[i_attempt],
-                r[i_max],
-                r[i_timeout],
-                r[i_base],
-                r[i_cap],
-                r[i_retry],
-                r[i_key],
-                r[i_run_at],
-                r[i_created],
-                r[i_started],
-                r[i_finished],
-                r[i_deadline],
-                r[i_session],
-                decode(r[i_result]),
-                decode(r[i_error]),
-                tuple(r[i_failed]),
-                r[i_losses],
-                r[i_lost],
-                r[i_expires],
-            )
-            for r in rows
-        ]
-
-    def _typed(
-        self,
-        rows: Sequence[Sequence[Any]],
-        times: tuple[int, ...],
-        flags: tuple[int, ...],
-        names: int,
-    ) -> Sequence[Sequence[Any]]:
-        """Job rows whose times (at the positions ``times``, the first never NULL), flags
-        and list of names are Python's datetimes in UTC, bool and list: as they are, where
-        the driver read them so (PostgreSQL, its session in UTC, reads every row of a
-        result alike), else converted (SQLite: numbers, 0 or 1, JSON). A time shared by
-        many rows (a claim's started_at, a bulk enqueue's created_at and run_at) is
-        converted once. The other columns are read as Python's types by both."""
-        first = rows[0]
-        when = first[times[0]]
-        if (
-            type(when) is datetime
-            and when.tzinfo is UTC
-            and all(type(first[flag]) is bool for flag in flags)
-            and type(first[names]) is list
-        ):
-            return rows
-        converted: dict[Any, datetime | None] = {None: None}
-        typed = []
-        for row in rows:
-            values = list(row)
-            for i in times:
-                value = values[i]
-                found = converted.get(value, converted)
-                if found is converted:
-                    found = converted[value] = self._time(value)
-                values[i] = found
-            for flag in flags:
-                values[flag] = bool(values[flag])
-            values[names] = self._list_out(values[names])
-            typed.append(values)
-        return typed
+        """Records of job rows given as tuples in the order of ``names``."""
+        return columns.read_jobs(names, rows, self._time, self._list_out)
 
     def _run_record(self, row: Row) -> Run:
         return Run(

@@ -1,0 +1,218 @@
+"""Fenced acknowledgements: completions, failures and releases of claimed attempts.
+
+Every write names (job id, attempt, session id) and changes a job only while that claim is
+current; a refused claim is reported stale and gets its history row (run_mark_stale). A
+completion with ``effects`` commits in a transaction of its own, together with the task's
+writes. An attempt that ends other than in success closes its history row (run_close).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from plunder import errors, payload
+from plunder.model import AckResult, Claim, Completion, ErrorInfo, Failure
+from plunder.states import Outcome, Status
+from plunder.store import convert
+from plunder.store.engine import Engine, Now, Tx, _EffectsFailed
+
+
+class Acks(Engine):
+    """job_complete_many, job_fail_many, job_release_many and the steps a turn shares."""
+
+    def job_complete_many(
+        self, completions: Sequence[Completion], *, now: Now = None, conn: Any = None
+    ) -> AckResult:
+        encoded = self._encode_results(completions)
+        plain = [(c, text) for c, text in encoded if c.effects is None]
+        accepted: list[Claim] = []
+        stale: list[Claim] = []
+        failed: list[tuple[Claim, BaseException]] = []
+        if plain:
+            # one statement (more only for refused claims); a retry is safe (_succeeded)
+            ok, refused = self._run(
+                lambda tx: self._complete(tx, plain, now), conn=conn, single=True
+            )
+            accepted += ok
+            stale += refused
+        for item in [(c, text) for c, text in encoded if c.effects is not None]:
+            single = [item]  # its own transaction: the task's writes commit with this ack
+            try:
+                ok, refused = self._run(functools.partial(self._complete, items=single, now=now))
+            except _EffectsFailed as exc:
+                failed.append((item[0].claim, exc.original))
+                continue
+            except (errors.StoreBusy, errors.StoreUnavailable):
+                raise
+            except errors.StoreError as exc:  # e.g. the task's writes broke a deferred
+                failed.append((item[0].claim, exc))  # constraint at COMMIT
+                continue
+            accepted += ok
+            stale += refused
+        return AckResult(tuple(accepted), tuple(stale), tuple(failed))
+
+    def _encode_results(self, completions: Sequence[Completion]) -> list[tuple[Completion, str]]:
+        def text(c: Completion) -> str:
+            what = f"result of job {c.claim.job_id}"
+            return c.encoded if c.encoded is not None else payload.encode(c.result, what=what)
+
+        return [(c, text(c)) for c in completions]
+
+    def _complete(
+        self, tx: Tx, items: list[tuple[Completion, str]], now: Now
+    ) -> tuple[list[Claim], list[Claim]]:
+        clock = tx.clock(now)
+        # completes the jobs, and tells their result waiters (those that had succeeded
+        # before were told then); the run that succeeded is kept on each (see job_complete)
+        query = "job_complete_notify" if self.notifies else "job_complete"
+        changed = tx.columns_count(query, convert.completion_columns(items), now=clock)
+        if changed != len(items):
+            return self._settle(tx, items, clock)
+        # Effects run only where this statement did the update (a completion with effects
+        # has a transaction of its own): a retried acknowledgement of one that already
+        # committed is accepted again, but its effects were written by that commit.
+        for completion, _ in items:
+            if completion.effects is not None:
+                try:
+                    completion.effects(tx.conn)
+                except Exception as exc:
+                    raise _EffectsFailed(exc) from exc
+        return [c.claim for c, _ in items], []
+
+    def _settle(
+        self, tx: Tx, items: list[tuple[Completion, str]], clock: Any
+    ) -> tuple[list[Claim], list[Claim]]:
+        """After job_complete changed fewer jobs than it was given (some refused, repeated,
+        or succeeded before), which were accepted; the stale ones get their history rows."""
+        done = self._succeeded(tx, [c.claim for c, _ in items])
+        refused = [c for c, _ in items if c.claim not in done]
+        self._mark_stale(tx, refused, clock)
+        return [c.claim for c, _ in items if c.claim in done], [c.claim for c in refused]
+
+    def _succeeded(self, tx: Tx, claims: list[Claim]) -> set[Claim]:
+        """Claims whose job is now succeeded under that very claim — by this statement or
+        by an earlier one: a retried acknowledgement after an ambiguous commit is accepted
+        again instead of being reported stale."""
+        if not claims:
+            return set()
+        states = {
+            int(r["id"]): r
+            for r in tx.all("job_claim_state", job_ids=self._list_in([c.job_id for c in claims]))
+        }
+        return {
+            c
+            for c in claims
+            if (s := states.get(c.job_id)) is not None
+            and s["status"] == Status.SUCCEEDED
+            and s["attempt"] == c.attempt
+            and s["session_id"] == c.session_id
+        }
+
+    def _mark_stale(self, tx: Tx, items: Sequence[Completion | Failure], clock: Any) -> None:
+        tx.batch(
+            "run_mark_stale",
+            [
+                {**convert.claim_row(item.claim), "logs": convert.logs_text(item.logs)}
+                for item in items
+            ],
+            now=clock,
+        )
+
+    def job_fail_many(self, failures: Sequence[Failure], *, now: Now = None) -> AckResult:
+        rows = self._failure_rows(failures)
+        if not failures:
+            return AckResult((), ())
+        return self._run(lambda tx: self._fail(tx, failures, rows, tx.clock(now)))
+
+    def _failure_rows(self, failures: Sequence[Failure]) -> list[dict[str, Any]]:
+        return [
+            {
+                **convert.claim_row(f.claim),
+                "error": payload.encode(f.error.as_dict(), what="error"),
+                "retry": f.retry_delay is not None,
+                "delay": convert.non_negative("retry delay", f.retry_delay or 0.0),
+                "final_status": (
+                    Status.TIMED_OUT if f.outcome == Outcome.TIMED_OUT else Status.FAILED
+                ).value,
+            }
+            for f in failures
+        ]
+
+    def _fail(
+        self, tx: Tx, failures: Sequence[Failure], rows: list[dict[str, Any]], clock: Any
+    ) -> AckResult:
+        returned = tx.batch("job_fail", rows, now=clock)
+        self._announce(tx, returned)
+        done = convert.claims_of(returned)
+        ok = [f for f in failures if f.claim in done]
+        tx.batch(
+            "run_close",
+            [
+                convert.run_end(
+                    f.claim.job_id,
+                    f.claim.attempt,
+                    f.claim.session_id,
+                    outcome=f.outcome,
+                    error=f.error,
+                    logs=f.logs,
+                )
+                for f in ok
+            ],
+            now=clock,
+        )
+        refused = [f for f in failures if f.claim not in done]
+        self._mark_stale(tx, refused, clock)
+        return AckResult(tuple(f.claim for f in ok), tuple(f.claim for f in refused))
+
+    def job_release_many(self, claims: Sequence[Claim], *, now: Now = None) -> AckResult:
+        def op(tx: Tx) -> AckResult:
+            released = self._release(tx, list(claims), tx.clock(now))
+            return AckResult(tuple(released), tuple(c for c in claims if c not in released))
+
+        return self._run(op) if claims else AckResult((), ())
+
+    def _release(self, tx: Tx, claims: list[Claim], clock: Any) -> list[Claim]:
+        return self._end_attempts(tx, "job_release", claims, clock, outcome=Outcome.RELEASED)
+
+    def _abandon(self, tx: Tx, claims: list[Claim], clock: Any) -> list[Claim]:
+        """End the started attempts among ``claims`` whose job's retry_on_lost is off, as
+        lost runs (job_abandon); return them."""
+        if not claims:
+            return []
+        error = ErrorInfo(
+            "plunder.WorkerLost",
+            f"the worker of session {claims[0].session_id} shut down and stopped this "
+            "attempt unfinished; not run again (retry_on_lost=False)",
+        )
+        return self._end_attempts(
+            tx, "job_abandon", claims, clock, outcome=Outcome.LOST, error=error
+        )
+
+    def _end_attempts(
+        self,
+        tx: Tx,
+        query: str,
+        claims: list[Claim],
+        clock: Any,
+        *,
+        outcome: Outcome,
+        error: ErrorInfo | None = None,
+    ) -> list[Claim]:
+        """Run the fenced batch ``query`` over ``claims`` (with ``error``, encoded, as its
+        :error), then close the history row of each attempt it ended with ``outcome``;
+        return the claims it ended."""
+        if not claims:
+            return []
+        extra = {} if error is None else {"error": payload.encode(error.as_dict())}
+        returned = tx.batch(query, [convert.claim_row(c) for c in claims], now=clock, **extra)
+        self._announce(tx, returned)
+        done = convert.claims_of(returned)
+        ended = [c for c in claims if c in done]
+        ends = [
+            convert.run_end(c.job_id, c.attempt, c.session_id, outcome=outcome, error=error)
+            for c in ended
+        ]
+        tx.batch("run_close", ends, now=clock)
+        return ended

@@ -199,6 +199,16 @@ class Context(JobIdentity):
             events, self._pending, self._pending_bytes = self._pending, [], 0
         return events
 
+    def _take_outside_block(self) -> list[tuple[str, Any]]:
+        """The events buffered, unless a transaction block is open: those made in it go
+        out with its commit (see _end), never beside it on another connection
+        (on SQLite that write would wait for the block's lock, and lose them)."""
+        with self._lock:
+            if self._open is not None:
+                return []
+            events, self._pending, self._pending_bytes = self._pending, [], 0
+        return events
+
     def flush(self) -> None:
         """Write buffered events now (the worker also does this on a timer)."""
         if not self._pending and not self._flush_lock.locked():
@@ -207,7 +217,7 @@ class Context(JobIdentity):
             self._flush_locked()
 
     def _flush_locked(self) -> None:
-        events = self.take_events()
+        events = self._take_outside_block()
         if events and self.acknowledged:  # the job's stream ended with its transaction
             log.warning(
                 "job %d: %d stream events made after its transaction acknowledged it were "
@@ -279,12 +289,18 @@ class Context(JobIdentity):
         self.flush()
         manager = self._store.transaction()
         conn = manager.__enter__()
-        self._open = _OpenTransaction(manager, conn, result)
+        with self._lock:  # from here, flushes leave the buffer to the block (see above)
+            self._open = _OpenTransaction(manager, conn, result)
         return conn
 
     def _end(self, exc: BaseException | None) -> None:
         """The block ended: roll back on an exception, else commit with the acknowledgement."""
-        open_, self._open = self._open, None
+        with self._lock:
+            open_, self._open = self._open, None
+            # the events made in the block commit with it: none is left for a flush beside it
+            events: list[tuple[str, Any]] = []
+            if open_ is not None and exc is None:
+                events, self._pending, self._pending_bytes = self._pending, [], 0
         if open_ is None:
             return
         if exc is not None:
@@ -292,7 +308,8 @@ class Context(JobIdentity):
             return
         completion = Completion(self.claim, open_.result, logs=tuple(self.log_lines))
         try:
-            self._append_buffered(open_.conn)
+            if events:
+                self._store.stream_append(self.claim, events, conn=open_.conn)
             ack = self._store.job_complete_many([completion], conn=open_.conn)
             if self.claim not in ack.accepted:
                 raise errors.StaleClaim(
@@ -308,19 +325,6 @@ class Context(JobIdentity):
         open_.manager.__exit__(None, None, None)
         self._acknowledged_result = open_.result
         self.acknowledged = True
-
-    def _append_buffered(self, conn: Any) -> None:
-        """Events buffered in the block join the acknowledging transaction: the stream ends
-        with them. Skipped while a flush is under way on another connection (on SQLite it
-        waits for this transaction's lock); what it leaves is discarded with a warning."""
-        if not self._flush_lock.acquire(blocking=False):
-            return
-        try:
-            events = self.take_events()
-            if events:
-                self._store.stream_append(self.claim, events, conn=conn)
-        finally:
-            self._flush_lock.release()
 
 
 @dataclass(slots=True)

@@ -58,7 +58,7 @@ STATEMENT = "plunder_turn"  # the turn's prepared statement, on each connection 
 
 @dataclass(frozen=True)
 class PipeSupport:
-    """What turns need of the PostgreSQL store, which builds it (``PostgresStore``): its
+    """What turns need of the PostgreSQL store, which builds it (``PgTurns``): its
     settings, and its operations as callables, so that turns name none of its members."""
 
     url: str

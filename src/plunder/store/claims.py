@@ -154,14 +154,6 @@ class Claims:
             raise errors.SessionGone(f"session {session_id} has expired or was closed")
         return names, rows
 
-    def session_alive(self, session_id: str, now: Now) -> bool:
-        """Whether the session is alive, by the database clock (one statement)."""
-        row = self.engine.run(
-            lambda tx: tx.one("session_alive", session_id=session_id, now=tx.clock(now)),
-            single=True,
-        )
-        return row is not None
-
     # -- streams --------------------------------------------------------------------------
     def stream_append(
         self,

@@ -15,7 +15,7 @@ import pytest
 
 from plunder.model import SUSPECT_LOSSES, Completion, JobRecord, JobSpec
 from plunder.store import Store, open_store
-from plunder.store.sqlbase import CLAIM_LEVELS
+from plunder.store.driver import CLAIM_LEVELS
 from tests.store.helpers import claim, enqueue, later, open_session
 
 DAY = 86_400.0
@@ -43,7 +43,7 @@ def _work(
     hundreds), PostgreSQL's buffer accesses (from EXPLAIN of the same ``query`` with
     ``params``, rolled back)."""
     if store_url.startswith("sqlite:"):
-        conn: Any = store._connection()  # type: ignore[attr-defined]
+        conn: Any = store.driver.connection()  # type: ignore[attr-defined]
         steps = [0]
 
         def count() -> int:
@@ -60,7 +60,7 @@ def _work(
 
     with psycopg.connect(store_url) as conn:
         plan = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.queries[query],  # type: ignore[attr-defined]
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.driver.queries[query],  # type: ignore[attr-defined]
             {"now": None, "levels": CLAIM_LEVELS, **params},
         ).fetchone()[0]  # type: ignore[index]
         conn.rollback()

@@ -56,7 +56,7 @@ def test_a_claim_and_an_acknowledgement_planned_on_an_empty_table_use_the_indexe
     assert len(jobs) == 50
     ack = single.job_complete_many([Completion(j.claim, j.args[0]) for j in jobs])
     assert len(ack.accepted) == 50
-    with single._get_pool().connection() as conn:  # type: ignore[attr-defined]
+    with single.driver.pool().connection() as conn:  # type: ignore[attr-defined]
         assert conn.execute("SHOW enable_seqscan").fetchone() == ("on",)
         assert {"job_claim_many", "job_complete_notify"} <= conn.index_planned
         assert conn.index_planned <= INDEX_PLANNED
@@ -68,17 +68,17 @@ def test_a_claim_and_an_acknowledgement_planned_on_an_empty_table_use_the_indexe
 
 def test_a_first_run_that_fails_leaves_the_planner_setting_as_it_was(single: Store) -> None:
     session = open_session(single)
-    with single._get_pool().connection() as conn:  # type: ignore[attr-defined]
+    with single.driver.pool().connection() as conn:  # type: ignore[attr-defined]
         conn.execute("ALTER TABLE plunder_jobs RENAME TO plunder_jobs_away")
     try:
         with pytest.raises(errors.PlunderError):
             claim(single, session)
     finally:
-        with single._get_pool().connection() as conn:  # type: ignore[attr-defined]
+        with single.driver.pool().connection() as conn:  # type: ignore[attr-defined]
             conn.execute("ALTER TABLE plunder_jobs_away RENAME TO plunder_jobs")
-    with single._get_pool().connection() as conn:  # type: ignore[attr-defined]
+    with single.driver.pool().connection() as conn:  # type: ignore[attr-defined]
         assert conn.execute("SHOW enable_seqscan").fetchone() == ("on",)
         assert "job_claim_many" not in conn.index_planned
     assert claim(single, session) == []
-    with single._get_pool().connection() as conn:  # type: ignore[attr-defined]
+    with single.driver.pool().connection() as conn:  # type: ignore[attr-defined]
         assert "job_claim_many" in conn.index_planned

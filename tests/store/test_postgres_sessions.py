@@ -33,7 +33,7 @@ def test_statements_are_prepared_only_where_no_pooler_is_seen(
 ) -> None:
     store = plunder.open_store(store_url, pool_size=1)
     if not startup_options:
-        store._accepts_options = False  # as pgbouncer in transaction mode answers
+        store.driver._accepts_options = False  # as pgbouncer in transaction mode answers
     try:
         for _ in range(10):  # psycopg prepares a statement after its fifth run
             store.now()
@@ -76,7 +76,7 @@ def test_the_statement_timeout_bounds_every_transaction(
     and nothing stays on the connection after it."""
     store = plunder.open_store(store_url, pool_size=1, statement_timeout=0.25)
     if not startup_options:
-        store._accepts_options = False  # as a transaction pooler answers
+        store.driver._accepts_options = False  # as a transaction pooler answers
     try:
         with store.transaction() as conn:
             assert conn.execute("SHOW statement_timeout").fetchone() == ("250ms",)
@@ -128,10 +128,10 @@ def test_a_claim_leaves_its_connection_as_it_found_it(
     idle and in autocommit mode, after a claim, an empty one and a refused one."""
     store = plunder.open_store(store_url, pool_size=1, statement_timeout=5.0)
     if not startup_options:
-        store._accepts_options = False  # as a transaction pooler answers
+        store.driver._accepts_options = False  # as a transaction pooler answers
 
     def check_idle_connection() -> None:
-        with store._get_pool().connection() as conn:  # pool_size=1: the claim's own
+        with store.driver.pool().connection() as conn:  # pool_size=1: the claim's own
             assert conn.autocommit is True  # as the pool made it
             # behind the pooler, the settings are still made in each transaction
             assert bool(getattr(conn, "per_transaction", None)) is not startup_options

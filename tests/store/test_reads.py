@@ -86,7 +86,7 @@ def test_sqlite_prune_reads_the_table_outside_the_write_lock(store: Store, backe
     lease = store.lease_acquire("janitor", "j", 10_000)
     assert lease is not None
     time.sleep(0.01)  # past the database clock's resolution (SQLite's: a millisecond)
-    conn = store._connection()  # type: ignore[attr-defined]
+    conn = store.driver.connection()  # type: ignore[attr-defined]
     statements: list[str] = []
     conn.set_trace_callback(statements.append)
     try:

@@ -359,7 +359,7 @@ def test_the_sqlite_rebuild_keeps_every_row_id_and_reference(
         assert fresh.id == jobs[-1] + 1  # the pruned id is not used again
         (again,) = store.job_enqueue_many([JobSpec("t", key="k")])
         assert again.id == jobs[4]  # the key still names its one active job
-        assert store._connection().execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert store.driver.connection().execute("PRAGMA foreign_keys").fetchone()[0] == 1
         assert store.job_get(jobs[3]).retry_on_lost and store.job_get(jobs[3]).expires_at is None
     finally:
         store.close()

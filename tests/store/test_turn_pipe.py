@@ -400,8 +400,8 @@ def prepared_turns(store: Store) -> list[tuple[int, bool]]:
     """On each connection of the pool (held together, so each is another): how many turn
     statements the server has prepared there (under plunder's own name), and whether
     plunder recorded it as planned by its indexes."""
-    pool = store._get_pool()  # type: ignore[attr-defined]
-    held = [pool.getconn() for _ in range(store._pool_size)]  # type: ignore[attr-defined]
+    pool = store.driver.pool()  # type: ignore[attr-defined]
+    held = [pool.getconn() for _ in range(store.driver.pool_size)]  # type: ignore[attr-defined]
     try:
         seen = []
         for conn in held:
@@ -425,7 +425,7 @@ def test_ready_prepares_the_turn_on_every_pooled_connection_and_claims_nothing(
     after it run that same prepared statement (the same parameter types: a second one
     prepared would mean the first turn of each connection still parsed and planned)."""
     jobs = store.job_enqueue_many([JobSpec("t", [i]) for i in range(3)])
-    size = store._pool_size  # type: ignore[attr-defined]
+    size = store.driver.pool_size  # type: ignore[attr-defined]
     assert size >= 2
     assert pipe.ready(queues=["default"], tasks=["t"]) == size
     assert prepared_turns(store) == [(1, True)] * size

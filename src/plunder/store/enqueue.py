@@ -16,7 +16,8 @@ from typing import Any
 from plunder import errors, payload
 from plunder.model import JobRecord, JobSpec
 from plunder.store import columns
-from plunder.store.engine import MAX_ENQUEUE, Engine, Now, Row, Tx, insert_mismatch
+from plunder.store.driver import Now, Row, Tx
+from plunder.store.engine import MAX_ENQUEUE, Engine, insert_mismatch
 
 # Where FreshJobs finds what the insert assigned in a row made for a numbered insert (see
 # Enqueue._match_numbered): in the order of columns.ASSIGNED.
@@ -29,7 +30,7 @@ class Inserts:
     ``columns.spec_settings`` shares between specs that have the same ones) and its own values
     (args, kwargs, key). Ids must follow input order, so each run of specs with the same
     options inserts in one statement that binds them once; a batch with more runs than
-    the store allows (``Engine.insert_runs``) inserts in one ``job_insert_mixed`` that binds
+    the store allows (``Driver.insert_runs``) inserts in one ``job_insert_mixed`` that binds
     each row's own."""
 
     settings: list[dict[str, Any]]
@@ -97,8 +98,12 @@ def _own_values(spec: JobSpec) -> dict[str, Any]:
     }
 
 
-class Enqueue(Engine):
+class Enqueue:
     """The producers' writes: job_enqueue_many and job_enqueue_ids."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.driver = engine.driver
 
     def job_enqueue_many(
         self, specs: Sequence[JobSpec], *, conn: Any = None, now: Now = None
@@ -115,19 +120,19 @@ class Enqueue(Engine):
     ) -> list[Any]:
         if len(specs) > MAX_ENQUEUE:
             raise errors.PayloadError(f"at most {MAX_ENQUEUE} jobs per enqueue, got {len(specs)}")
-        batch = inserts(specs, self.insert_runs)
+        batch = inserts(specs, self.driver.insert_runs)
         settings, rows = batch.settings, batch.rows
         if not rows:
             return []
         # where the database delivers NOTIFY, the insert statement sends the wake-up itself
-        insert = batch.query + ("_notify" if self.notifies else "")
+        insert = batch.query + ("_notify" if self.driver.notifies else "")
 
         def op(tx: Tx) -> list[Any]:
             clock = tx.clock(now)
             fresh: dict[int, Sequence[Any]] = {}  # inputs inserted now: the row returned
             active: dict[int, Row] = {}  # inputs whose key names an active job: that job
             at = _NUMBERED
-            if self.numbers_jobs:
+            if self.driver.numbers_jobs:
                 self._number(tx, rows)
             for _ in range(5):  # a keyed job can finish between our insert and our read
                 left = list(batch.statements(fresh.keys() | active.keys()))
@@ -146,21 +151,21 @@ class Enqueue(Engine):
                     int(fresh[i][at["id"]]) if i in fresh else int(active[i]["id"])
                     for i in range(len(rows))
                 ]
-            made = columns.FreshJobs(at, self._time)
+            made = columns.FreshJobs(at, self.engine.time)
             return [
                 made.job(settings[i], _decoded(specs[i], rows[i]), fresh[i])
                 if i in fresh
-                else self._job(active[i])
+                else self.engine.job(active[i])
                 for i in range(len(rows))
             ]
 
         # a keyed job inserts once however often this runs; one without keys may commit alone
         keyed = [bool(row["key"]) for row in rows]
-        single = not (self.numbers_jobs or any(keyed)) and len(batch.runs) == 1
-        return self._run(op, conn=conn, repeatable=all(keyed), single=single)
+        single = not (self.driver.numbers_jobs or any(keyed)) and len(batch.runs) == 1
+        return self.engine.run(op, conn=conn, repeatable=all(keyed), single=single)
 
     def _number(self, tx: Tx, rows: list[dict[str, Any]]) -> None:
-        """Give each row the id it will have (see Engine.numbers_jobs) as its seq: ids
+        """Give each row the id it will have (see Driver.numbers_jobs) as its seq: ids
         follow the input order, from the next id of the table."""
         found = tx.one("job_id_next")
         first = 1 if found is None else int(found["id"])
@@ -183,7 +188,7 @@ class Enqueue(Engine):
         """Insert the ``todo`` inputs (their ``values``) with one statement; note each
         input's stored row in ``fresh`` or, where its key was taken, the job holding that
         key in ``active``. Returns where FreshJobs finds what it assigned in a stored row."""
-        if self.numbers_jobs:
+        if self.driver.numbers_jobs:
             count = tx.batch_count(query, values, now=clock, **common)
             self._match_numbered(tx, batch, todo, count, clock, fresh=fresh, active=active)
             return _NUMBERED
@@ -241,14 +246,16 @@ class Enqueue(Engine):
         fresh: dict[int, Sequence[Any]],
         active: dict[int, Row],
     ) -> None:
-        """Which of ``todo`` a numbered insert (see Engine.numbers_jobs) stored: all when it
+        """Which of ``todo`` a numbered insert (see Driver.numbers_jobs) stored: all when it
         inserted as many rows as it was given, else those whose id is now in the table (the
         others' keys were taken). A fresh job's row, for FreshJobs, is made here: what the
         statement assigned (columns.ASSIGNED), as it computed it."""
         rows = batch.rows
         stored: set[int] | None = None
         if count != len(todo):
-            found = tx.all("job_claim_state", job_ids=self._list_in([rows[i]["seq"] for i in todo]))
+            found = tx.all(
+                "job_claim_state", job_ids=self.engine.list_in([rows[i]["seq"] for i in todo])
+            )
             stored = {int(r["id"]) for r in found}
         keyed = []
         assigned: dict[int, tuple[Any, ...]] = {}  # by options: created_at and RELATIVE
@@ -274,7 +281,9 @@ class Enqueue(Engine):
         if not keyed:
             return
         keys = sorted({rows[i]["key"] for i in keyed})
-        found = {r["key"]: r for r in tx.all("job_get_active_by_keys", keys=self._list_in(keys))}
+        found = {
+            r["key"]: r for r in tx.all("job_get_active_by_keys", keys=self.engine.list_in(keys))
+        }
         for i in keyed:
             if rows[i]["key"] in found:
                 active[i] = found[rows[i]["key"]]

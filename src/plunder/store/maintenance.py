@@ -9,7 +9,8 @@ from plunder import errors, payload
 from plunder.model import ErrorInfo, Lease, SweepResult
 from plunder.states import Outcome
 from plunder.store import convert
-from plunder.store.engine import JOB_EXPIRED, JOB_TIMEOUT, SESSION_LOST, Engine, Now, Row, Tx
+from plunder.store.driver import Now, Row, Tx
+from plunder.store.engine import JOB_EXPIRED, JOB_TIMEOUT, SESSION_LOST, Engine
 
 # the jobs table's statistics are taken anew once it has grown this many times over the
 # size they saw, counted from at least MIN_PAGES pages (PostgreSQL's own floor for a table
@@ -20,22 +21,26 @@ MIN_PAGES = 10
 MIN_ROWS = 300  # about MIN_PAGES of jobs: the floor for the live rows against those counted
 
 
-class Maintenance(Engine):
-    _analyzed_at = 0  # pages of the jobs table at this store's last job_stats_refresh
-    _analyzed_rows = 0  # and its live rows then
+class Maintenance:
+    """The janitor's operations: leases, and sweeps fenced by the lease."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._analyzed_at = 0  # pages of the jobs table at the last job_stats_refresh
+        self._analyzed_rows = 0  # and its live rows then
 
     def lease_acquire(self, name: str, holder: str, ttl: float, *, now: Now = None) -> Lease | None:
         convert.positive("lease ttl", ttl)
-        row = self._run(
+        row = self.engine.run(
             lambda tx: tx.one(
                 "lease_acquire", name=name, holder=holder, ttl=float(ttl), now=tx.clock(now)
             )
         )
-        return self._lease(row) if row else None
+        return self.engine.lease(row) if row else None
 
     def lease_renew(self, lease: Lease, ttl: float, *, now: Now = None) -> Lease:
         convert.positive("lease ttl", ttl)
-        row = self._run(
+        row = self.engine.run(
             lambda tx: tx.one(
                 "lease_renew",
                 name=lease.name,
@@ -49,10 +54,10 @@ class Maintenance(Engine):
             raise errors.StaleLease(
                 f"lease {lease.name!r} term {lease.term} is no longer held by {lease.holder}"
             )
-        return self._lease(row)
+        return self.engine.lease(row)
 
     def lease_release(self, lease: Lease, *, now: Now = None) -> bool:
-        row = self._run(
+        row = self.engine.run(
             lambda tx: tx.one(
                 "lease_release",
                 name=lease.name,
@@ -64,8 +69,8 @@ class Maintenance(Engine):
         return row is not None
 
     def lease_get(self, name: str) -> Lease | None:
-        row = self._run(lambda tx: tx.one("lease_get", name=name), write=False)
-        return self._lease(row) if row else None
+        row = self.engine.run(lambda tx: tx.one("lease_get", name=name), write=False)
+        return self.engine.lease(row) if row else None
 
     def _fence(self, tx: Tx, lease: Lease, clock: Any) -> None:
         if (
@@ -84,15 +89,15 @@ class Maintenance(Engine):
             clock = tx.clock(now)
             self._fence(tx, lease, clock)
             dead = [str(r["id"]) for r in tx.all("session_expired", now=clock, limit=int(limit))]
-            lost = self._lose(tx, dead, clock, error)  # also running jobs whose session is gone
+            lost = self.lose(tx, dead, clock, error)  # also running jobs whose session is gone
             if not dead:
                 return convert.sweep(lost)
-            gone = tx.all("session_delete_many", session_ids=self._list_in(dead), now=clock)
+            gone = tx.all("session_delete_many", session_ids=self.engine.list_in(dead), now=clock)
             return convert.sweep(lost, sessions=[str(r["id"]) for r in gone])
 
-        return self._run(op)
+        return self.engine.run(op)
 
-    def _lose(
+    def lose(
         self, tx: Tx, session_ids: list[str], clock: Any, error: str | None = None
     ) -> list[Row]:
         """End the running attempts of these sessions — and of any session that no longer
@@ -101,9 +106,9 @@ class Maintenance(Engine):
         retry_on_lost is off."""
         error = error or payload.encode(SESSION_LOST.as_dict())
         lost = tx.all(
-            "job_lose_many", session_ids=self._list_in(session_ids), error=error, now=clock
+            "job_lose_many", session_ids=self.engine.list_in(session_ids), error=error, now=clock
         )
-        self._announce(tx, lost)
+        self.engine.announce(tx, lost)
         tx.batch(
             "run_close",
             [
@@ -134,11 +139,11 @@ class Maintenance(Engine):
                 return convert.sweep([])
             rows = tx.all(
                 "job_timeout_many",
-                job_ids=self._list_in([job_id for job_id, _ in due]),
+                job_ids=self.engine.list_in([job_id for job_id, _ in due]),
                 error=error,
                 now=clock,
             )
-            self._announce(tx, rows)
+            self.engine.announce(tx, rows)
             tx.batch(
                 "run_close",
                 [
@@ -155,7 +160,7 @@ class Maintenance(Engine):
             )
             return convert.sweep(rows)
 
-        return self._run(op)
+        return self.engine.run(op)
 
     def job_expire_many(self, lease: Lease, *, limit: int = 500, now: Now = None) -> SweepResult:
         """Pending jobs past their start-by deadline end ``expired`` (``finished``)."""
@@ -165,10 +170,10 @@ class Maintenance(Engine):
             clock = tx.clock(now)
             self._fence(tx, lease, clock)
             rows = tx.all("job_expire_many", limit=int(limit), error=error, now=clock)
-            self._announce(tx, rows)
+            self.engine.announce(tx, rows)
             return convert.sweep(rows)
 
-        return self._run(op)
+        return self.engine.run(op)
 
     def job_prune_many(
         self, lease: Lease, *, older_than: float, limit: int = 1000, now: Now = None
@@ -178,7 +183,7 @@ class Maintenance(Engine):
         then deleted under the fence if they are still finished past retention."""
         convert.non_negative("retention", older_than)
         retention = float(older_than)
-        found = self._run(
+        found = self.engine.run(
             lambda tx: [
                 row["id"]
                 for row in tx.all(
@@ -193,10 +198,10 @@ class Maintenance(Engine):
             self._fence(tx, lease, clock)
             if not found:
                 return 0
-            ids = self._list_in(found)
+            ids = self.engine.list_in(found)
             return len(tx.all("job_prune_many", ids=ids, older_than=retention, now=clock))
 
-        return self._run(op)
+        return self.engine.run(op)
 
     def job_stats_refresh(self) -> bool:
         """Take new statistics of the jobs table when it has grown tenfold since the last
@@ -204,8 +209,10 @@ class Maintenance(Engine):
         tenfold the rows they counted (at least GROWTH * MIN_ROWS: a table refilled within
         the pages a VACUUM kept), so that every connection plans its cached statements for
         the table as it is (see the job_table_pages query). True: it did. Nothing to do on
-        SQLite."""
-        row = self._run(lambda tx: tx.one("job_table_pages"), write=False)
+        SQLite, which plans each statement as it prepares it."""
+        if not self.engine.driver.caches_plans:
+            return False
+        row = self.engine.run(lambda tx: tx.one("job_table_pages"), write=False)
         if row is None:
             return False
         pages, live = int(row["pages"]), int(row["live"])
@@ -216,6 +223,6 @@ class Maintenance(Engine):
         refilled = live > GROWTH * max(int(row["counted"]), self._analyzed_rows, MIN_ROWS)
         if not (grown or refilled):
             return False
-        self._run(lambda tx: tx.all("job_table_analyze"))
+        self.engine.run(lambda tx: tx.all("job_table_analyze"))
         self._analyzed_at, self._analyzed_rows = pages, live
         return True

@@ -16,7 +16,8 @@ from plunder.model import (
 )
 from plunder.states import Status
 from plunder.store import convert
-from plunder.store.engine import Engine, Now, Row, Tx
+from plunder.store.driver import Now, Row, Tx
+from plunder.store.engine import Engine
 
 MAX_EVENTS = 10_000
 
@@ -33,16 +34,23 @@ def _could_name_a_job(queue: str | None, task: str | None) -> bool:
     return True
 
 
-class Reads(Engine):
+class Reads:
+    """What people and waiters read: jobs, runs, streams, sessions, tasks, queue stats."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
     def job_get(self, job_id: int) -> JobRecord:
-        row = self._run(lambda tx: tx.one("job_get", job_id=convert.job_id(job_id)), write=False)
+        row = self.engine.run(
+            lambda tx: tx.one("job_get", job_id=convert.job_id(job_id)), write=False
+        )
         if row is None:
             raise errors.JobNotFound(f"no job {job_id}")
-        return self._job(row)
+        return self.engine.job(row)
 
     def session_list(self, *, now: Now = None) -> list[Session]:
-        rows = self._run(lambda tx: tx.all("session_list", now=tx.clock(now)), write=False)
-        return [self._session(row) for row in rows]
+        rows = self.engine.run(lambda tx: tx.all("session_list", now=tx.clock(now)), write=False)
+        return [self.engine.session(row) for row in rows]
 
     def task_get(self, name: str) -> TaskInfo | None:
         """The task as the last worker serving it published it; None if none ever did."""
@@ -50,12 +58,14 @@ class Reads(Engine):
             name = payload.check_task(name)
         except errors.InvalidName:
             return None  # no worker could have published it (see _could_name_a_job)
-        row = self._run(lambda tx: tx.one("task_get", name=name), write=False)
+        row = self.engine.run(lambda tx: tx.one("task_get", name=name), write=False)
         return None if row is None else self._task(row)
 
     def task_list(self) -> list[TaskInfo]:
         """Every task a worker ever published, by name."""
-        return [self._task(row) for row in self._run(lambda tx: tx.all("task_list"), write=False)]
+        return [
+            self._task(row) for row in self.engine.run(lambda tx: tx.all("task_list"), write=False)
+        ]
 
     def _task(self, row: Row) -> TaskInfo:
         return TaskInfo(
@@ -64,20 +74,20 @@ class Reads(Engine):
             pool=str(row["pool"]),
             options=dict(payload.decode(row["options"])),
             session_id=str(row["session_id"]),
-            published_at=self._time(row["published_at"]),
+            published_at=self.engine.time(row["published_at"]),
         )
 
     def job_unrunnable(self, *, now: Now = None) -> list[Unrunnable]:
         """Pending jobs that no live session can run (none lists both their queue and their
         task), counted by task and queue."""
-        rows = self._run(lambda tx: tx.all("job_unrunnable", now=tx.clock(now)), write=False)
+        rows = self.engine.run(lambda tx: tx.all("job_unrunnable", now=tx.clock(now)), write=False)
         return [Unrunnable(str(r["task"]), str(r["queue"]), int(r["n"])) for r in rows]
 
     def stream_read(self, job_id: int, *, after: int = 0, limit: int = 1000) -> list[StreamEvent]:
         job_id = convert.job_id(job_id)
         after = convert.integer("after", after, 0, convert.INT64)
         limit = convert.integer("limit", limit, 1, MAX_EVENTS)
-        rows = self._run(
+        rows = self.engine.run(
             lambda tx: tx.all("event_list", job_id=job_id, after=after, limit=limit),
             write=False,
         )
@@ -88,7 +98,7 @@ class Reads(Engine):
                 seq=int(r["id"]),
                 kind=str(r["kind"]),
                 data=payload.decode(r["data"]),
-                created_at=self._time(r["created_at"]),
+                created_at=self.engine.time(r["created_at"]),
             )
             for r in rows
         ]
@@ -111,7 +121,7 @@ class Reads(Engine):
             # refuses NUL in text where SQLite compares it, and no driver sends a lone
             # surrogate. Answered here, the same on every backend.
             return JobPage((), None)
-        rows = self._run(
+        rows = self.engine.run(
             lambda tx: tx.all(
                 "job_list",
                 queue=queue,
@@ -122,20 +132,22 @@ class Reads(Engine):
             ),
             write=False,
         )
-        jobs = tuple(self._job(row) for row in rows)
+        jobs = tuple(self.engine.job(row) for row in rows)
         next_after = jobs[-1].id if len(jobs) == limit else None
         return JobPage(jobs, next_after)
 
     def job_runs(self, job_id: int) -> list[Run]:
-        rows = self._run(lambda tx: tx.all("job_runs", job_id=convert.job_id(job_id)), write=False)
-        return [self._run_record(row) for row in rows]
+        rows = self.engine.run(
+            lambda tx: tx.all("job_runs", job_id=convert.job_id(job_id)), write=False
+        )
+        return [self.engine.run_record(row) for row in rows]
 
     def queue_stats(self, *, now: Now = None) -> list[QueueStats]:
         def op(tx: Tx) -> tuple[list[Row], list[Row]]:
             clock = tx.clock(now)
             return tx.all("queue_counts"), tx.all("queue_oldest_pending", now=clock)
 
-        counts, oldest = self._run(op, write=False)
+        counts, oldest = self.engine.run(op, write=False)
         by_queue: dict[str, dict[str, int]] = {}
         for row in counts:
             by_queue.setdefault(str(row["queue"]), {s.value: 0 for s in Status})[

@@ -17,7 +17,10 @@ from plunder import payload
 from plunder.model import Claim, Heartbeat, Session, TaskInfo
 from plunder.states import Status
 from plunder.store import convert
-from plunder.store.engine import Engine, Now, Tx
+from plunder.store.acks import Acks
+from plunder.store.driver import Now, Tx
+from plunder.store.engine import Engine
+from plunder.store.maintenance import Maintenance
 
 MAX_SLOTS = 1_000_000  # free slots a session may report (the column is an INTEGER)
 
@@ -37,7 +40,15 @@ def _publish_rows(tasks: Sequence[TaskInfo]) -> list[dict[str, Any]]:
     ]
 
 
-class Sessions(Engine):
+class Sessions:
+    """A worker's session: opened, kept alive by heartbeats, closed; a close gives the
+    session's jobs back (with ``acks``) or ends them as lost (with ``maintenance``)."""
+
+    def __init__(self, engine: Engine, acks: Acks, maintenance: Maintenance) -> None:
+        self.engine = engine
+        self.acks = acks
+        self.maintenance = maintenance
+
     def session_open(
         self,
         *,
@@ -67,18 +78,18 @@ class Sessions(Engine):
                 name=str(name)[:200],
                 host=str(host)[:200],
                 pid=int(pid),
-                queues=self._list_in(list(queues)),
+                queues=self.engine.list_in(list(queues)),
                 expiry=float(expiry),
-                tasks=self._list_in([r["name"] for r in rows]),
+                tasks=self.engine.list_in([r["name"] for r in rows]),
                 free_slots=free_slots,
                 now=clock,
             )
             tx.batch("task_publish", rows, session_id=session_id, now=clock)
             return row
 
-        row = self._run(op)
+        row = self.engine.run(op)
         assert row is not None
-        return self._session(row)
+        return self.engine.session(row)
 
     def session_heartbeat(
         self,
@@ -114,19 +125,54 @@ class Sessions(Engine):
             )
             return Heartbeat(
                 alive=True,
-                expires_at=self._time(row["expires_at"]),
+                expires_at=self.engine.time(row["expires_at"]),
                 stop=stop,
                 unknown=tuple(unknown),
             )
 
         if conn is not None:
-            return self._run_on(op, conn)
-        return self._run(op)
+            return self.engine.run_on(op, conn)
+        return self.engine.run(op)
+
+    def session_close(
+        self,
+        session_id: str,
+        *,
+        lost: bool = False,
+        started: Sequence[Claim] = (),
+        now: Now = None,
+    ) -> list[int]:
+        """Delete the session and give its running jobs back at once. A graceful close
+        releases them without counting the attempt, but for ``started`` claims (tasks the
+        worker started and stopped unfinished) whose job's retry_on_lost is off: those end
+        timed_out (plunder.WorkerLost), not run again. ``lost=True`` (the worker lost its
+        session and stopped its tasks) counts every attempt, as the reaper would, so a job
+        that keeps costing its worker the session still ends after max_attempts."""
+
+        def op(tx: Tx) -> list[int]:
+            clock = tx.clock(now)
+            if lost:
+                gone = self.maintenance.lose(tx, [session_id], clock)
+                tx.one("session_delete", session_id=session_id)
+                return [int(r["id"]) for r in gone]
+            running = [
+                Claim(int(r["id"]), int(r["attempt"]), session_id)
+                for r in tx.all("job_running_of_session", session_id=session_id)
+            ]
+            stopped = set(started)
+            ended = self.acks.abandon(tx, [c for c in running if c in stopped], clock)
+            released = self.acks.release(tx, [c for c in running if c not in ended], clock)
+            tx.one("session_delete", session_id=session_id)
+            return [claim.job_id for claim in (*ended, *released)]
+
+        return self.engine.run(op)
 
     def _not_current(self, tx: Tx, claims: Sequence[Claim]) -> tuple[Claim, ...]:
         states = {
             int(r["id"]): r
-            for r in tx.all("job_claim_state", job_ids=self._list_in([c.job_id for c in claims]))
+            for r in tx.all(
+                "job_claim_state", job_ids=self.engine.list_in([c.job_id for c in claims])
+            )
         }
         stale = []
         for claim in claims:

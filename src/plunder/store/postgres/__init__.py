@@ -1,6 +1,7 @@
-"""The PostgreSQL driver: the store (store), its transactions (tx), the connections it makes
-(connections, notifications), a worker's turns sent ahead (turns, pipe), and its SQL
-(``sql/``: queries.sql, schema.sql, migrations/)."""
+"""The PostgreSQL driver package: the driver (driver), the store built on it (store), its
+transactions (tx), the connections it makes (connections, notifications), a worker's turns
+in one statement and sent ahead (exchange, turns, pipe), and its SQL (``sql/``:
+queries.sql, schema.sql, migrations/)."""
 
 from plunder.store.postgres.store import PostgresStore
 

@@ -150,7 +150,7 @@ def connection_kwargs(
         # a peer that stops acknowledging is dropped after this, instead
         # of hanging a call for the kernel's ~15 minutes
         "tcp_user_timeout": int(tcp_user_timeout * 1000),
-        # pooled connections prepare (see PostgresStore._prepare_threshold); the others
+        # pooled connections prepare (see PgDriver._prepare_threshold); the others
         # run few statements, or are short-lived
         "prepare_threshold": None,
     }
@@ -184,7 +184,7 @@ def pool_options(settings: dict[str, int], *, generic_plans: bool, utc: bool) ->
         # planning it then costs more than running it (decision record 0006). plunder's
         # statements are written for their indexes whatever the values, so they are
         # planned once per connection. A task's own transaction prepares nothing (see
-        # PostgresStore._task_transaction), so this never touches a user's queries.
+        # PgDriver.task_transaction), so this never touches a user's queries.
         options.append("-c plan_cache_mode=force_generic_plan")
     if utc:
         # The same zone, named so that psycopg knows it for UTC: a claim's timestamps

@@ -47,9 +47,9 @@ from plunder import errors
 from plunder.model import SUSPECT_LOSSES, AckResult, Claim, Completion, JobRecord
 from plunder.store import convert
 from plunder.store.deadlines import Call, Deadlines
+from plunder.store.driver import CLAIM_LEVELS, Claimed
 from plunder.store.postgres import pipe
 from plunder.store.postgres.tx import array_literal
-from plunder.store.sqlbase import CLAIM_LEVELS, Claimed
 
 Encoded = list[tuple[Completion, str]]  # completions with their results encoded
 MAX_IN_FLIGHT = 3  # turns a pipe may have in flight
@@ -58,7 +58,7 @@ STATEMENT = "plunder_turn"  # the turn's prepared statement, on each connection 
 
 @dataclass(frozen=True)
 class PipeSupport:
-    """What turns need of the PostgreSQL store, which builds it (``PostgresStore``): its
+    """What turns need of the PostgreSQL store, which builds it (``PgTurns``): its
     settings, and its operations as callables, so that turns name none of its members."""
 
     url: str

@@ -12,7 +12,7 @@ from psycopg import Connection, Cursor
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 
-from plunder.store.engine import Row
+from plunder.store.driver import Row
 
 # Statements whose rows come back in PostgreSQL's binary format: a claim's hundred rows of
 # two dozen columns, of which five are timestamps, cost the client less read as binary

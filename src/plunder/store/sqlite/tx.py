@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from plunder.store import queries
-from plunder.store.engine import Row
+from plunder.store.driver import Row
 
 
 def _returning(sql: Mapping[str, str]) -> frozenset[str]:

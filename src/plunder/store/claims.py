@@ -1,7 +1,7 @@
 """Claims, worker turns and streams, over a dialect's named queries.
 
-A worker's turn, in one transaction (or its acknowledgements beside its claim, see
-plunder.acker): job_complete ─▶ job_fail ─▶ run_close ─▶ job_claim_many. Every write names
+A worker's turn, in one transaction (plunder.turns; the results no turn carries go alone,
+see plunder.acker): job_complete ─▶ job_fail ─▶ run_close ─▶ job_claim_many. Every write names
 (job id, attempt, session id); refused claims are reported stale. A run that succeeds is
 kept on its job row, written by job_complete; the run history table gets a row only for a
 run that ends otherwise, written once, as it ends (run_close).

@@ -320,6 +320,9 @@ class Context(JobIdentity):
                     session_id=self.claim.session_id,
                 )
         except BaseException as error:
+            if events:  # not written: the next flush tries them again, as any others
+                with self._lock:
+                    self._pending[:0] = events
             _exit_raising(open_.manager, error)
             raise
         open_.manager.__exit__(None, None, None)

@@ -11,8 +11,10 @@
    close(session, started) ──────────────────▶  its unfinished jobs given back at once
 ```
 
-Every call is one request and one answer, with values only (nothing of a driver crosses
-it), so that it can be spoken over HTTP unchanged. A worker's loop is written against this
+Every call is one request and one answer, with values only, so that it can be spoken over
+HTTP unchanged; the two exceptions belong to the SQL store's link alone: a heartbeat may
+name a connection of its own to go ``via`` (the hub's), and ``pipe()`` gives turns sent
+ahead on a held connection (a gateway's link gives None). A worker's loop is written against this
 protocol alone; ``plunder.store.link.StoreLink`` speaks it to the SQL store, and a test
 double lets the loop be tested without a database.
 

@@ -75,6 +75,7 @@ class Turns:
         self.outbox = slots.outbox
         self.queues, self.tasks = queues, tasks
         self._session, self._stopping, self._lost = session, stopping, lost
+        self._given_up = given_up
         self._counted, self._stats, self._pause = counted, stats, pause
         self.pipe: Any = link.pipe() if depth > 1 else None
         self.depth = min(depth, self.pipe.depth) if self.pipe is not None else 1
@@ -134,7 +135,11 @@ class Turns:
 
     # -- a turn -----------------------------------------------------------------------------
     def turn(self, free: int) -> int:
-        """Send the results waiting and claim up to ``free`` jobs; how many it claimed."""
+        """Send the results waiting and claim up to ``free`` jobs; how many it claimed.
+        None once the session is given up: its results would be refused, and a claim
+        under it would only be lost again."""
+        if self._given_up():
+            return 0
         if self.in_flight() or (not self.outbox.failures and self.send(free)):
             return self.read()
         done = self.outbox.completions[: self.ack_batch]
@@ -169,7 +174,7 @@ class Turns:
                 return 0
             log.warning("acknowledge-and-claim failed (%s); doing them one by one", exc)
             self.acknowledge()
-            return self.exchange([], [], free)
+            return 0 if self._given_up() else self.exchange([], [], free)
         del self.outbox.completions[: len(done)]
         del self.outbox.failures[: len(failed)]
         self._counted(reply.completed, "succeeded")
@@ -209,7 +214,7 @@ class Turns:
         ``suspects`` and none of those may bring one. False: none sent; the turn is made the
         ordinary way."""
         pipe, session = self.pipe, self._session()
-        if pipe is None or self._stopping() or session is None:
+        if pipe is None or self._stopping() or self._given_up() or session is None:
             return False
         limit = min(free - pipe.claiming, self.share())
         if limit <= 0:
@@ -232,7 +237,7 @@ class Turns:
             return False
         if not sent:  # not on this database (a transaction pooler): never again
             self.pipe, self.depth = None, 1
-            pipe.close()
+            self.outbox.completions[:0] = pipe.close()
             return False
         del self.outbox.completions[: len(done)]
         return True
@@ -289,11 +294,13 @@ class Turns:
         Jobs that finished meanwhile free their slots now, recorded once it is sent."""
         slots = self.slots
         finished = slots.ready()
-        ended = sum(1 for o in finished if slots.current(o) is not None)
-        free = slots.concurrency - slots.busy() + ended - answer.claimed
-        # a turn that could bring a suspect may have: the next may not, before it runs
-        self.send(free, suspects=not answer.take_suspect)
-        slots.record(finished)
+        try:
+            ended = sum(1 for o in finished if slots.current(o) is not None)
+            free = slots.concurrency - slots.busy() + ended - answer.claimed
+            # a turn that could bring a suspect may have: the next may not, before it runs
+            self.send(free, suspects=not answer.take_suspect)
+        finally:  # taken off the queue: recorded whatever the send did
+            slots.record(finished)
 
     def _settle(self, answer: Any) -> None:
         try:

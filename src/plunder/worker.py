@@ -7,7 +7,8 @@
  heartbeat     ── every heartbeat_interval: extend the session, learn which claims to
                   stop and whether the session is gone (plunder.liveness); a watchdog
                   judges it lost once not renewed for the session expiry
- streamer      ── every 50 ms: write buffered stream events and progress, fenced
+ streamer      ── every 50 ms while jobs run: write buffered stream events and progress,
+                  fenced
  janitor       ── every janitor_interval: maintenance while holding the lease
 ```
 
@@ -30,7 +31,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
@@ -92,6 +93,8 @@ class Worker:
         self.options = options = options or WorkerOptions()
         if options.concurrency < 1:
             raise errors.ConfigError("concurrency must be at least 1")
+        if not 1 <= options.depth <= MAX_DEPTH:  # before a store is opened for it
+            raise errors.ConfigError(f"depth must be from 1 to {MAX_DEPTH}, not {options.depth!r}")
         if not len(app.registry):
             raise errors.ConfigError("the app has no tasks: nothing to work on")
         self.settings = app.settings
@@ -176,9 +179,9 @@ class Worker:
         if install_signals:
             self._install_signals()
         self._open_session()
+        self._start_services()  # heartbeats first: ready() may wait for connections
         if not self._halt.is_set():
             self._turns.ready()
-        self._start_services()
         log.info(
             "worker %s: queues %s, tasks %s, concurrency %d",
             self.name,
@@ -366,10 +369,6 @@ class Worker:
                 claim.job_id,
                 claim.attempt,
             )
-
-    def stop_claims(self, claims: Sequence[Claim], reason: str) -> None:
-        """Stop the tasks of claims no longer current (from any thread)."""
-        self._slots.stop_claims(claims, reason)
 
     # -- session loss (see plunder.liveness) ----------------------------------------------
     def _lose_session(self) -> None:

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 import plunder
+from plunder.context import LinkSink
+from plunder.protocol import Hello
 from plunder.states import Status
 from plunder.worker import Worker, WorkerOptions
 from tests.support.memlink import MemoryLink
@@ -185,3 +187,29 @@ def test_a_graceful_stop_closes_the_session_and_gives_back_what_did_not_start(
     assert session is not None and session.id not in link.sessions
     assert link.calls[-1] == "close"
     assert name in session.tasks
+
+
+def test_no_turn_goes_out_once_the_session_is_given_up(app: plunder.App) -> None:
+    """The watchdog judged the session lost (the database may still think it alive): the
+    results waiting would be refused, and a claim under that session would only be lost
+    again, its attempts counted. No exchange goes out until a new session is open."""
+    from plunder.slots import Slots
+    from plunder.turns import Turns
+
+    name = task(app, lambda: None, name="noop")
+    link = MemoryLink()
+    link.enqueue(name)
+    session = link.open(Hello("w", "h", 1, ("default",), (), 5.0, 4))
+    given_up = threading.Event()
+    slots = Slots(4, pool=None, task=app.registry.get, sink=LinkSink(link), on_stream=lambda: None)
+    turns = Turns(
+        link, slots, depth=1, queues=["default"], tasks=[name], session=lambda: session,
+        stopping=lambda: False, given_up=given_up.is_set, lost=lambda: None,
+        counted=lambda ack, kind: None, stats={"claimed": 0}, pause=lambda: None,
+    )  # fmt: skip
+    given_up.set()
+    assert turns.turn(4) == 0
+    assert link.calls == ["open"] and link.statuses() == {Status.PENDING: 1}
+    given_up.clear()
+    assert turns.turn(4) == 1  # the same turn, once the session is trusted again
+    slots.close()

@@ -32,13 +32,14 @@ from plunder.model import (
     Run,
     Session,
 )
+from plunder.protocol import MAX_CLAIM
 from plunder.states import TERMINAL, Outcome, Status
 from plunder.store import columns, queries
 from plunder.store.driver import Claimed, Driver, Now, Row, Tx
 
 T = TypeVar("T")
 
-MAX_BATCH = 10_000  # claims and acknowledgements per call
+MAX_BATCH = MAX_CLAIM  # claims and acknowledgements per call (plunder.protocol)
 MAX_ENQUEUE = 100_000  # jobs per enqueue call
 
 CHANNEL_ENQUEUED = "plunder_enqueued"  # payload: queue names with new or newly due work

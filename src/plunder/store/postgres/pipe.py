@@ -161,8 +161,7 @@ class Wire:
         pgconn = self.pgconn
         if not pgconn.is_busy():
             return True
-        readable, _, _ = select.select([pgconn.socket], [], [], 0)
-        return bool(readable)
+        return ready(pgconn.socket, timeout=0.0)[0]
 
     def leave(self) -> bool:
         """End pipeline mode (nothing may be in flight); False if libpq refused."""
@@ -175,7 +174,7 @@ class Wire:
     def _next(self) -> PGresult | None:
         pgconn = self.pgconn
         while pgconn.is_busy():
-            select.select([pgconn.socket], [], [])
+            ready(pgconn.socket)
             pgconn.consume_input()
         return pgconn.get_result()
 
@@ -184,9 +183,23 @@ class Wire:
         turns, and stops reading ours while its own output is not read."""
         pgconn = self.pgconn
         while pgconn.flush():
-            readable, _, _ = select.select([pgconn.socket], [pgconn.socket], [])
-            if readable:
+            if ready(pgconn.socket, write=True)[0]:
                 pgconn.consume_input()
+
+
+READ = select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP | select.POLLNVAL
+
+
+def ready(sock: int, *, write: bool = False, timeout: float | None = None) -> tuple[bool, bool]:
+    """Wait until ``sock`` can be read (or is broken: reading says how), or, with
+    ``write``, written; ``timeout`` seconds at most (None: as long as it takes; the
+    call's deadline cuts the connection). (readable, writable). poll(), not select(),
+    which cannot watch a descriptor past 1023."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN | (select.POLLOUT if write else 0))
+    events = poller.poll(None if timeout is None else timeout * 1000)
+    readable = any(event & READ for _, event in events)
+    return readable, any(event & select.POLLOUT for _, event in events)
 
 
 Load = Callable[[Any], Any]  # a loader's load: bytes in, a Python value out

@@ -15,7 +15,7 @@ about as long. Run one after the other they add up. Sent ahead, they overlap:
 The statement goes out with its Sync at once, so the server commits it as soon as it has
 run it; ``receive`` only reads the answer. A turn's jobs are started only after its answer
 arrived, that is, after it committed. Until then its claims are invisible to the worker: a
-heartbeat that reads them meanwhile must not take them for lost (see Worker), and its
+heartbeat that reads them meanwhile must not take them for lost (see Liveness.give_back), and its
 results are on their way, held like any results not yet written.
 
 More turns may follow the first before the first is read (up to ``depth`` in flight): the

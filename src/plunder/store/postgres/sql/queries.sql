@@ -11,7 +11,7 @@
 SELECT statement_timestamp() AS now;
 
 -- name: settings_set
--- This transaction's timeouts (milliseconds; 0 = none), and no JIT (see _pool_kwargs),
+-- This transaction's timeouts (milliseconds; 0 = none), and no JIT (see connections.pool_options),
 -- where the server refused them as startup options (a transaction pooler).
 -- set_config(name, v, true) ends with the transaction, like SET LOCAL, so nothing stays on
 -- a server connection others share.
@@ -305,7 +305,7 @@ FROM (SELECT count(*) FROM told) AS t LEFT JOIN claimed AS c ON true;
 -- Sent just before the first run on a pooled connection of a statement a worker repeats
 -- (a turn, a claim, an acknowledgement: tx.INDEX_PLANNED), with plans_reset just after
 -- it, in the same transaction where there is one. That run prepares the statement, and the
--- plan made then (a generic plan, see PostgresStore._pool_kwargs) serves every later run
+-- plan made then (a generic plan, see connections.pool_options) serves every later run
 -- on the connection, until new statistics of the jobs table make the server plan it again.
 -- Made while the statistics said the table was nearly empty, a turn's plan read the whole
 -- table at every turn to find the jobs it acknowledged (a sequential scan costs next to

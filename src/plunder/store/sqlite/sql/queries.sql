@@ -13,7 +13,7 @@ SELECT (julianday('now') - 2440587.5) * 86400.0 AS now;
 
 -- name: write_lock
 -- A write that changes nothing: in a deferred transaction (a caller's own, see
--- SqliteStore._run_joined) it takes the write lock now, waiting out the busy timeout for
+-- Engine.run_joined) it takes the write lock now, waiting out the busy timeout for
 -- it, as BEGIN IMMEDIATE would have.
 UPDATE plunder_schema SET version = version WHERE 0;
 
@@ -142,7 +142,7 @@ LIMIT :limit;
 
 -- name: job_claim_rest
 -- Up to :limit jobs of one queue below priority level :below that a claim may take now, in
--- claim order: after CLAIM_LEVELS levels (see SqliteStore._claim_rows), the rest of a
+-- claim order: after CLAIM_LEVELS levels (see SqliteDriver.claim_rows), the rest of a
 -- queue with many levels (a priority used as a score) is walked in one go, the jobs due
 -- later included, rather than with a probe per level. Filters as job_claim_walk.
 SELECT j.id, j.losses, j.priority, j.run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim

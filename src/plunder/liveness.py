@@ -73,6 +73,8 @@ class Liveness:
         try:
             beat, started = self.renew(session.id, self._claims(), connection)
         except errors.StoreError as exc:
+            if self._session() is not session:  # renewed meanwhile: not about this one
+                return
             silent = time.monotonic() - self.last_beat
             log.warning("heartbeat failed (%s); last renewed %.1fs ago", exc, silent)
             if silent > self.deadlines.session_expiry:
@@ -82,6 +84,8 @@ class Liveness:
                     session.id,
                 )
                 self._lost()
+            return
+        if self._session() is not session:  # lost and renewed while the beat was on its way
             return
         if not beat.alive:
             if self._quiet():  # closed by the worker while the beat was on its way
@@ -175,9 +179,11 @@ class Liveness:
         interval, expiry = deadlines.heartbeat_interval, deadlines.session_expiry
         warned = None  # the renewal after which we said so
         while not stop.wait(deadlines.watch_period):
+            # the session first: a new one sets last_beat before it is seen, so the pair
+            # read in this order is never a new session with the old one's last renewal
+            trusted = self._session() is not None and not self._quiet()
             last = self.last_beat
             silent = time.monotonic() - last
-            trusted = self._session() is not None and not self._quiet()
             if trusted and warned != last and deadlines.slow_after < silent <= expiry:
                 warned = last
                 log.warning(

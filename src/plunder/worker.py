@@ -385,13 +385,20 @@ class Worker:
         self._slots.outcomes.put(Wake())
 
     def _renew_session(self) -> None:
+        self._abandon_session("Opening a new session.")
+        self._open_session()
+
+    def _abandon_session(self, then: str) -> None:
+        """The session is lost: stop its tasks, drop its results (the store would refuse
+        them), and close it if the database still thinks it lives."""
         handles = self._slots.stop_all("the worker's session was lost", forget=True)
         dropped = self._turns.drop()
         log.error(
             "SESSION LOST: stopped %d running tasks and discarded %d unacknowledged "
-            "results; their jobs will run again elsewhere. Opening a new session.",
+            "results; their jobs will run again elsewhere. %s",
             len(handles),
             dropped,
+            then,
         )
         # no session until a new one is open: the heartbeat and the watchdog leave a
         # worker alone while it reconnects, or a slow reconnect (a database still out of
@@ -403,7 +410,6 @@ class Worker:
                 self.link.close(lost.id, lost=True)
             except errors.StoreError as exc:
                 log.warning("could not close the lost session (it will expire): %s", exc)
-        self._open_session()
 
     # -- shutdown -------------------------------------------------------------------------
     def _drain(self) -> None:
@@ -413,8 +419,8 @@ class Worker:
             turns.read()  # their jobs are ours: they run, within the grace period
         deadline = time.monotonic() + self.options.grace
         while slots.handles() and not self._halt.is_set() and time.monotonic() < deadline:
-            if self._session_lost.is_set():
-                self._renew_session()
+            if self._session_lost.is_set():  # stopping: no new session to stop in
+                self._abandon_session("Stopping.")
                 break
             slots.collect(block=True, timeout=min(0.1, max(0.0, deadline - time.monotonic())))
             slots.enforce_deadlines()

@@ -213,3 +213,69 @@ def test_no_turn_goes_out_once_the_session_is_given_up(app: plunder.App) -> None
     given_up.clear()
     assert turns.turn(4) == 1  # the same turn, once the session is trusted again
     slots.close()
+
+
+def test_a_heartbeat_of_a_session_renewed_meanwhile_is_not_acted_on() -> None:
+    """A heartbeat sent for the old session comes back 'gone' after the worker has opened a
+    new one: it says nothing about the new session, which must not be thrown away."""
+    from plunder.config import Settings, WorkerDeadlines
+    from plunder.liveness import Liveness
+
+    link = MemoryLink()
+    hello = Hello("w", "h", 1, ("default",), (), 5.0, 4)
+    current = [link.open(hello)]
+    lost: list[str] = []
+
+    class Renewing(MemoryLink):
+        def heartbeat(self, beat: Any, *, via: Any = None) -> Any:
+            link.expire(current[0].id)  # lost, and renewed while this beat was out
+            current[0] = link.open(hello)
+            return link.heartbeat(beat, via=via)
+
+    liveness = Liveness(
+        Renewing(), WorkerDeadlines.of(Settings()), session=lambda: current[0],
+        quiet=lambda: False, claims=list, stop=lambda claims: None,
+        lost=lambda: lost.append("lost"),
+    )  # fmt: skip
+    liveness.beat(None)
+    assert lost == []
+    liveness.beat(None)  # the same, about the session it was sent for: still not ours
+    assert lost == []
+
+
+def test_a_session_lost_while_stopping_ends_the_worker_without_a_new_one(
+    app: plunder.App,
+) -> None:
+    """SIGTERM, then the session is lost while the running job finishes, and the database
+    is out of reach: the worker stops (the job runs again elsewhere) instead of waiting to
+    open a session it would only close."""
+    from plunder import errors
+
+    started = threading.Event()
+
+    def patient(ctx: plunder.Context) -> None:
+        started.set()
+        ctx.wait_cancelled(timeout=10)
+
+    class Unreachable(MemoryLink):
+        def open(self, hello: Hello) -> Any:
+            if "open" in self.calls:
+                raise errors.StoreUnavailable("connection refused")
+            return super().open(hello)
+
+    name = task(app, patient)
+    link = Unreachable()
+    job = link.enqueue(name)
+    worker = Worker(app, WorkerOptions(concurrency=2, grace=30.0), link=link)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    assert started.wait(5)
+    worker.stop()  # graceful: the job may finish within 30 s
+    assert worker.session is not None
+    link.expire(worker.session.id)
+    thread.join(timeout=5)
+    alive = thread.is_alive()
+    worker.stop(graceful=False)
+    assert not alive, "the worker went on trying to open a session while stopping"
+    assert link.calls.count("open") == 1
+    assert link.status(job) == Status.PENDING  # back in the queue, for another worker

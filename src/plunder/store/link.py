@@ -11,7 +11,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from plunder.model import AckResult, Claim, Completion, ErrorInfo, Failure, Heartbeat, Session
+from plunder.model import (
+    AckResult,
+    Claim,
+    Completion,
+    ErrorInfo,
+    Exchange,
+    Failure,
+    Heartbeat,
+    Session,
+)
 from plunder.protocol import NONE, Beat, ClaimRequest, Hello, Outcome, Release, Reply
 from plunder.store.base import Store, TurnPipe
 
@@ -49,15 +58,17 @@ class StoreLink:
                 for c, exc in with_effects.effect_errors
             ]
         request = claim or ClaimRequest((), (), 0)
-        turn = self.store.job_exchange_many(
-            plain,
-            failures,
-            session_id=session_id,
-            queues=request.queues,
-            tasks=request.tasks,
-            limit=request.limit,
-            take_suspect=request.take_suspect,
-        )
+        turn = Exchange(NONE, NONE, ())  # nothing to write or claim: no transaction
+        if plain or failures or request.limit:
+            turn = self.store.job_exchange_many(
+                plain,
+                failures,
+                session_id=session_id,
+                queues=request.queues,
+                tasks=request.tasks,
+                limit=request.limit,
+                take_suspect=request.take_suspect,
+            )
         released = self.store.job_release_many(releases) if releases else NONE
         completed = AckResult(
             with_effects.accepted + turn.completed.accepted,

@@ -326,6 +326,17 @@ class Usage:
         )
 
 
+def went_down(down: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Whether ``down()`` holds within ``timeout`` seconds (a server that PANICked takes a
+    moment to be seen stopped)."""
+    deadline = time.monotonic() + timeout
+    while not down():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def fill(
     system: System, pad: int, *, limit: int = 400, down: Callable[[], bool] = lambda: False
 ) -> int:
@@ -341,8 +352,8 @@ def fill(
             if refused == 3:
                 return stored
             continue
-        except errors.StoreUnavailable:
-            if down():
+        except (errors.StoreUnavailable, errors.OutcomeUnknown):
+            if went_down(down):  # the one in flight may be stored or not: I1 judges it
                 return stored
             raise
         stored += 1

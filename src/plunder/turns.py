@@ -85,7 +85,7 @@ class Turns:
         # claimed at the first finish (one per slot), and those that finished just before
         # it, recorded once it went out (see read; one per slot again)
         self.ack_batch = max(ACK_BATCH, 2 * slots.concurrency)
-        self._more = False  # the last turn read claimed all it asked for: more may wait
+        self.more = False  # the last turn claimed all it asked for: more may wait
 
     def _session_id(self) -> str | None:
         session = self._session()
@@ -179,6 +179,7 @@ class Turns:
         del self.outbox.failures[: len(failed)]
         self._counted(reply.completed, "succeeded")
         self._counted(reply.failed, "failed")
+        self.more = free > 0 and len(reply.claimed) == free
         return self._started(reply.claimed)
 
     def _started(self, jobs: Any) -> int:
@@ -248,7 +249,7 @@ class Turns:
         flight. Outcomes that free slots are waited for until the oldest turn's answer is
         in, AHEAD_LINGER at most."""
         pipe, slots = self.pipe, self.slots
-        if pipe is None or pipe.in_flight >= self.depth or not self._more:
+        if pipe is None or pipe.in_flight >= self.depth or not self.more:
             return
         if self._stopping() or self.outbox.failures:  # those go the ordinary way, once no
             return  # turn is in flight
@@ -280,23 +281,29 @@ class Turns:
             log.warning("a turn failed (%s); its results go out with the next", exc)
             self.outbox.completions[:0] = in_flight
             return 0
-        self._more = answer.claimed == answer.limit
-        if self._more and not pipe.in_flight and not (self._stopping() or self.outbox.failures):
-            self._send_next(answer)
-        claimed = self._started(answer.jobs())
+        self.more = answer.claimed == answer.limit
+        # a worker with nothing running starts its jobs first: they are all it waits for
+        first = not self.slots.busy()
+        claimed = self._started(answer.jobs()) if first else 0
+        if self.more and not pipe.in_flight and not (self._stopping() or self.outbox.failures):
+            self._send_next(answer, started=first)
+        if not first:
+            claimed = self._started(answer.jobs())
         self._settle(answer)
         if self.pipe is not None and not self.pipe.in_flight:  # not busy: the pipe's
             self.pipe.close()  # connection goes back to the pool
         return claimed
 
-    def _send_next(self, answer: Any) -> None:
-        """The turn just read came back full: send the next before starting its jobs.
-        Jobs that finished meanwhile free their slots now, recorded once it is sent."""
+    def _send_next(self, answer: Any, *, started: bool) -> None:
+        """The turn just read came back full: send the next, before starting its jobs
+        unless they ``started`` already. Jobs that finished meanwhile free their slots now,
+        recorded once it is sent."""
         slots = self.slots
         finished = slots.ready()
         try:
             ended = sum(1 for o in finished if slots.current(o) is not None)
-            free = slots.concurrency - slots.busy() + ended - answer.claimed
+            waiting = 0 if started else answer.claimed
+            free = slots.concurrency - slots.busy() + ended - waiting
             # a turn that could bring a suspect may have: the next may not, before it runs
             self.send(free, suspects=not answer.take_suspect)
         finally:  # taken off the queue: recorded whatever the send did

@@ -327,7 +327,8 @@ class Worker:
         free = 0 if self._stop.is_set() else slots.concurrency - slots.busy()
         if turns.turn(free):
             self._looked_again = False
-            return  # full, or more work may wait right now
+            if turns.more:
+                return  # the claim came back full: more work may wait right now
         if turns.in_flight() or slots.outbox:
             return  # the next turn is on its way, or results came in after this one
         slots.collect(block=True, timeout=self._wait_time())

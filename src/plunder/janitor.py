@@ -33,22 +33,22 @@ from datetime import datetime
 from plunder import errors
 from plunder.config import Settings, WorkerDeadlines
 from plunder.model import Lease, SweepResult
-from plunder.store import open_store
 from plunder.store.base import Store
 
 log = logging.getLogger("plunder.janitor")
 LEASE_NAME = "plunder.janitor"
 
 
-def own_store(settings: Settings, application_name: str) -> Callable[[], Store]:
-    """How a janitor inside a worker opens a store of its own (one connection, open only
-    while it holds the lease)."""
+def own_store(store: Store, settings: Settings) -> Callable[[], Store]:
+    """How a janitor inside a worker keeps its own deadlines while it holds the lease: on
+    the worker's own connections (``store.limited``), so that a worker holds three at
+    most, lease or not."""
 
-    def open_own() -> Store:
-        options = WorkerDeadlines.of(settings).janitor_store_options()
-        return open_store(settings.url, pool_size=1, application_name=application_name, **options)
+    def limited() -> Store:
+        timeout = WorkerDeadlines.of(settings).janitor_timeout
+        return store.limited(call_timeout=timeout, idle_timeout=timeout)
 
-    return open_own
+    return limited
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,7 @@ class Worker:
         if link is not None:
             return link, None, False
         # the connection budget: one for work (+1 for turns sent ahead, see plunder.turns),
-        # one for the hub (+1 janitor, see there)
+        # one for the hub (the janitor works on these, see janitor.own_store)
         store, owned = self.app.store_for(
             pool_size=self.options.connections,
             application_name=self._app_name,
@@ -275,7 +275,7 @@ class Worker:
                 self.store,
                 self.settings,
                 holder=f"{self.name}:{id(self):x}",
-                own_store=own_store(self.settings, f"{self._app_name}:janitor"),
+                own_store=own_store(self.store, self.settings),
             )
             self._services.append(self._thread("janitor", lambda: janitor.run(self._services_stop)))
         for thread in self._services:

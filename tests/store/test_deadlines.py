@@ -116,7 +116,12 @@ def test_a_pass_left_open_does_not_hold_up_a_takeover(store_url: str) -> None:
     limit its janitor store asks for, the server ends that transaction and a successor
     takes the expired lease instead of waiting for good."""
     settings = Settings(url=store_url, session_expiry=0.5, heartbeat_interval=0.1)
-    holder = open_store(store_url, **WorkerDeadlines.of(settings).janitor_store_options())
+    deadlines = WorkerDeadlines.of(settings)
+    # as a worker's janitor works: on the worker's store, within its connections
+    worker = open_store(store_url, pool_size=1, **deadlines.store_options())
+    holder = worker.limited(
+        call_timeout=deadlines.janitor_timeout, idle_timeout=deadlines.janitor_timeout
+    )
     other = open_store(store_url)
     try:
         lease = holder.lease_acquire(LEASE_NAME, "paused", settings.lease_ttl)
@@ -133,7 +138,33 @@ def test_a_pass_left_open_does_not_hold_up_a_takeover(store_url: str) -> None:
             conn.execute("SELECT 1")  # the paused holder wakes up: its transaction is gone
     finally:
         holder.close()
+        worker.close()
         other.close()
+
+
+@POSTGRES
+def test_a_limited_store_keeps_its_limits_on_the_same_connections(store_url: str) -> None:
+    """A limited view of a store (a worker's janitor) works on the store's own pool: its
+    transactions carry its idle limit, the store's keep theirs, its calls are not among
+    those a lost session cuts, and closing it leaves the pool open."""
+    store = open_store(store_url, pool_size=1, idle_timeout=30.0, call_timeout=30.0)
+    view = store.limited(call_timeout=5.0, idle_timeout=1.5)
+    show = "SELECT current_setting('idle_in_transaction_session_timeout'), pg_backend_pid()"
+    try:
+        with store.transaction() as conn:
+            own, pid = conn.execute(show).fetchone()
+        with view.transaction() as conn:
+            assert conn.execute(show).fetchone() == ("1500ms", pid)  # one connection
+        with store.transaction() as conn:
+            assert conn.execute(show).fetchone() == (own, pid) == ("30s", pid)
+        with view.transaction() as conn:
+            assert store.calls_cut("the session was lost") == 0  # not the view's call
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert view.lease_acquire(LEASE_NAME, "view", 5.0) is not None
+        view.close()
+        assert store.now() and store.lease_get(LEASE_NAME).holder == "view"
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])

@@ -206,6 +206,13 @@ class Store(Protocol):
 
     def close(self) -> None: ...
 
+    def limited(self, *, call_timeout: float | None, idle_timeout: float | None) -> Store:
+        """This store on the same connections, with other deadlines for its calls: each
+        cut after ``call_timeout`` seconds, each transaction ended by the server once idle
+        for ``idle_timeout`` (PostgreSQL; SQLite has none). A worker's janitor works so,
+        within the worker's connections. Closing it closes nothing."""
+        ...
+
     def retire(self) -> None:
         """Close for good: later calls raise StoreUnavailable instead of reconnecting."""
         ...

@@ -178,6 +178,11 @@ class Driver(Protocol):
         """Cut every call in flight (see Store.calls_cut); how many."""
         ...
 
+    def limited(self, *, call_timeout: float | None, idle_timeout: float | None) -> Driver:
+        """A driver on this one's connections whose calls keep other deadlines (see
+        Store.limited)."""
+        ...
+
     def close(self) -> None:
         """Close every connection this driver opened."""
         ...

@@ -100,6 +100,7 @@ class SQLStore:
         self.enqueue = Enqueue(self.engine)
         self.reads = Reads(self.engine)
         self.sessions = Sessions(self.engine, self.acks, self.maintenance)
+        self.borrowed = False  # a limited view's driver is its owner's to close
 
     @property
     def notifies(self) -> bool:
@@ -124,7 +125,15 @@ class SQLStore:
         return self.engine.now()
 
     def close(self) -> None:
-        self.driver.close()
+        if not self.borrowed:
+            self.driver.close()
+
+    def limited(self, *, call_timeout: float | None, idle_timeout: float | None) -> SQLStore:
+        driver = self.driver.limited(call_timeout=call_timeout, idle_timeout=idle_timeout)
+        engine = self.engine
+        view = SQLStore(driver, busy_total=engine.busy_total, busy_interval=engine.busy_interval)
+        view.borrowed = True
+        return view
 
     def retire(self) -> None:
         self.driver.retire()

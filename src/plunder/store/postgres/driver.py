@@ -27,6 +27,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -106,7 +107,7 @@ class PgDriver:
             name: queries.compact(sql) for name, sql in queries.load("postgres").items()
         }
         self.call_timeout = call_timeout
-        self._idle_timeout = idle_timeout
+        self.idle_timeout = idle_timeout
         self.deadlines = Deadlines(socket_of)
         self._statement_timeout = statement_timeout
         self._tcp_user_timeout = tcp_user_timeout
@@ -121,8 +122,25 @@ class PgDriver:
         self._lock = threading.Lock()
         self._pool: ConnectionPool | None = None
         self._pid = os.getpid()
+        self.owner: PgDriver | None = None  # a limited driver's: whose pool it uses
+        self.limits: dict[str, int] = {}  # settings each transaction makes (see limited)
+
+    def limited(self, *, call_timeout: float | None, idle_timeout: float | None) -> PgDriver:
+        """A driver on this one's pool whose calls keep other deadlines: ``call_timeout``
+        (cut by a deadlines watch of its own, which a lost session's cut leaves alone) and
+        an idle limit made in each of its transactions. Closing it closes nothing."""
+        view = copy.copy(self)
+        view.owner = self
+        view.call_timeout = call_timeout
+        view.idle_timeout = idle_timeout
+        view.deadlines = Deadlines(socket_of)
+        view.limits = server_settings(self._statement_timeout, idle_timeout)
+        return view
 
     def pool(self) -> ConnectionPool:
+        if self.owner is not None:
+            self._refuse_if_retired()
+            return self.owner.pool()
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
                 self._refuse_if_retired()
@@ -173,7 +191,7 @@ class PgDriver:
         )
 
     def _settings(self, statement_timeout: float | None) -> dict[str, int]:
-        return server_settings(statement_timeout, self._idle_timeout)
+        return server_settings(statement_timeout, self.idle_timeout)
 
     def _options_accepted(self) -> bool:
         """Whether the server takes settings in the ``options`` startup parameter (sent once
@@ -261,10 +279,11 @@ class PgDriver:
         )
         return kwargs
 
-    @staticmethod
-    def _limit(tx: PgTx, conn: Any) -> None:
-        """Make this transaction's settings, where the server refused them at startup."""
-        settings = conn.per_transaction if isinstance(conn, PgConnection) else None
+    def _limit(self, tx: PgTx, conn: Any) -> None:
+        """Make this transaction's settings, where the server refused them at startup or
+        this driver limits its calls otherwise (see limited)."""
+        refused = conn.per_transaction if isinstance(conn, PgConnection) else None
+        settings = {**(refused or {}), **self.limits}
         if settings:
             tx.one(
                 "settings_set",
@@ -281,8 +300,8 @@ class PgDriver:
         ):
             conn.prepare_threshold = self._prepare_threshold()
             tx = PgTx(conn, self.queries)
-            per_transaction = isinstance(conn, PgConnection) and conn.per_transaction
-            if not (single and conn.autocommit) or per_transaction or spoken_to(conn):
+            refused = isinstance(conn, PgConnection) and conn.per_transaction
+            if not (single and conn.autocommit) or refused or self.limits or spoken_to(conn):
                 with conn.transaction():
                     self._limit(tx, conn)
                     yield tx
@@ -445,6 +464,8 @@ class PgDriver:
         self.close()
 
     def close(self) -> None:
+        if self.owner is not None:  # the pool is its owner's
+            return
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None and self._pid == os.getpid():

@@ -300,6 +300,10 @@ class SqliteDriver:
         if self.retired:
             raise errors.StoreUnavailable(f"{self.url}: this store was closed for good")
 
+    def limited(self, *, call_timeout: float | None, idle_timeout: float | None) -> SqliteDriver:
+        """Itself: a local file's calls have no deadlines to keep."""
+        return self
+
     def retire(self) -> None:
         self.retired = True
         self.close()

@@ -39,14 +39,16 @@ log = logging.getLogger("plunder.janitor")
 LEASE_NAME = "plunder.janitor"
 
 
-def own_store(store: Store, settings: Settings) -> Callable[[], Store]:
+def own_store(store: Store, settings: Settings, application_name: str) -> Callable[[], Store]:
     """How a janitor inside a worker keeps its own deadlines while it holds the lease: on
     the worker's own connections (``store.limited``), so that a worker holds three at
-    most, lease or not."""
+    most, lease or not; its transactions go by ``application_name``."""
 
     def limited() -> Store:
         timeout = WorkerDeadlines.of(settings).janitor_timeout
-        return store.limited(call_timeout=timeout, idle_timeout=timeout)
+        return store.limited(
+            call_timeout=timeout, idle_timeout=timeout, application_name=application_name
+        )
 
     return limited
 

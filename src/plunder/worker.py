@@ -275,7 +275,7 @@ class Worker:
                 self.store,
                 self.settings,
                 holder=f"{self.name}:{id(self):x}",
-                own_store=own_store(self.store, self.settings),
+                own_store=own_store(self.store, self.settings, f"{self._app_name}:janitor"),
             )
             self._services.append(self._thread("janitor", lambda: janitor.run(self._services_stop)))
         for thread in self._services:

@@ -148,15 +148,18 @@ def test_a_limited_store_keeps_its_limits_on_the_same_connections(store_url: str
     transactions carry its idle limit, the store's keep theirs, its calls are not among
     those a lost session cuts, and closing it leaves the pool open."""
     store = open_store(store_url, pool_size=1, idle_timeout=30.0, call_timeout=30.0)
-    view = store.limited(call_timeout=5.0, idle_timeout=1.5)
-    show = "SELECT current_setting('idle_in_transaction_session_timeout'), pg_backend_pid()"
+    view = store.limited(call_timeout=5.0, idle_timeout=1.5, application_name="it:janitor")
+    show = (
+        "SELECT current_setting('idle_in_transaction_session_timeout'), pg_backend_pid(), "
+        "current_setting('application_name')"
+    )
     try:
         with store.transaction() as conn:
-            own, pid = conn.execute(show).fetchone()
+            own, pid, name = conn.execute(show).fetchone()
         with view.transaction() as conn:
-            assert conn.execute(show).fetchone() == ("1500ms", pid)  # one connection
+            assert conn.execute(show).fetchone() == ("1500ms", pid, "it:janitor")  # one conn
         with store.transaction() as conn:
-            assert conn.execute(show).fetchone() == (own, pid) == ("30s", pid)
+            assert conn.execute(show).fetchone() == (own, pid, name) == ("30s", pid, "plunder")
         with view.transaction() as conn:
             assert store.calls_cut("the session was lost") == 0  # not the view's call
             assert conn.execute("SELECT 1").fetchone() == (1,)

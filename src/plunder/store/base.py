@@ -206,11 +206,18 @@ class Store(Protocol):
 
     def close(self) -> None: ...
 
-    def limited(self, *, call_timeout: float | None, idle_timeout: float | None) -> Store:
+    def limited(
+        self,
+        *,
+        call_timeout: float | None,
+        idle_timeout: float | None,
+        application_name: str | None = None,
+    ) -> Store:
         """This store on the same connections, with other deadlines for its calls: each
         cut after ``call_timeout`` seconds, each transaction ended by the server once idle
-        for ``idle_timeout`` (PostgreSQL; SQLite has none). A worker's janitor works so,
-        within the worker's connections. Closing it closes nothing."""
+        for ``idle_timeout`` and going by ``application_name`` (PostgreSQL; SQLite has
+        none of these). A worker's janitor works so, within the worker's connections.
+        Closing it closes nothing."""
         ...
 
     def retire(self) -> None:

@@ -178,7 +178,13 @@ class Driver(Protocol):
         """Cut every call in flight (see Store.calls_cut); how many."""
         ...
 
-    def limited(self, *, call_timeout: float | None, idle_timeout: float | None) -> Driver:
+    def limited(
+        self,
+        *,
+        call_timeout: float | None,
+        idle_timeout: float | None,
+        application_name: str | None = None,
+    ) -> Driver:
         """A driver on this one's connections whose calls keep other deadlines (see
         Store.limited)."""
         ...

@@ -128,8 +128,18 @@ class SQLStore:
         if not self.borrowed:
             self.driver.close()
 
-    def limited(self, *, call_timeout: float | None, idle_timeout: float | None) -> SQLStore:
-        driver = self.driver.limited(call_timeout=call_timeout, idle_timeout=idle_timeout)
+    def limited(
+        self,
+        *,
+        call_timeout: float | None,
+        idle_timeout: float | None,
+        application_name: str | None = None,
+    ) -> SQLStore:
+        driver = self.driver.limited(
+            call_timeout=call_timeout,
+            idle_timeout=idle_timeout,
+            application_name=application_name,
+        )
         engine = self.engine
         view = SQLStore(driver, busy_total=engine.busy_total, busy_interval=engine.busy_interval)
         view.borrowed = True

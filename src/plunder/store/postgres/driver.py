@@ -124,17 +124,26 @@ class PgDriver:
         self._pid = os.getpid()
         self.owner: PgDriver | None = None  # a limited driver's: whose pool it uses
         self.limits: dict[str, int] = {}  # settings each transaction makes (see limited)
+        self.label: str | None = None  # the application name its transactions go by
 
-    def limited(self, *, call_timeout: float | None, idle_timeout: float | None) -> PgDriver:
+    def limited(
+        self,
+        *,
+        call_timeout: float | None,
+        idle_timeout: float | None,
+        application_name: str | None = None,
+    ) -> PgDriver:
         """A driver on this one's pool whose calls keep other deadlines: ``call_timeout``
         (cut by a deadlines watch of its own, which a lost session's cut leaves alone) and
-        an idle limit made in each of its transactions. Closing it closes nothing."""
+        an idle limit made in each of its transactions, which go by ``application_name``.
+        Closing it closes nothing."""
         view = copy.copy(self)
         view.owner = self
         view.call_timeout = call_timeout
         view.idle_timeout = idle_timeout
         view.deadlines = Deadlines(socket_of)
         view.limits = server_settings(self._statement_timeout, idle_timeout)
+        view.label = application_name
         return view
 
     def pool(self) -> ConnectionPool:
@@ -284,11 +293,12 @@ class PgDriver:
         this driver limits its calls otherwise (see limited)."""
         refused = conn.per_transaction if isinstance(conn, PgConnection) else None
         settings = {**(refused or {}), **self.limits}
-        if settings:
+        if settings or self.label:
             tx.one(
                 "settings_set",
                 statement_timeout=str(settings.get("statement_timeout", 0)),
                 idle_timeout=str(settings.get("idle_in_transaction_session_timeout", 0)),
+                application_name=self.label,
             )
 
     @contextmanager
@@ -301,7 +311,7 @@ class PgDriver:
             conn.prepare_threshold = self._prepare_threshold()
             tx = PgTx(conn, self.queries)
             refused = isinstance(conn, PgConnection) and conn.per_transaction
-            if not (single and conn.autocommit) or refused or self.limits or spoken_to(conn):
+            if not (single and conn.autocommit) or refused or self.owner or spoken_to(conn):
                 with conn.transaction():
                     self._limit(tx, conn)
                     yield tx

@@ -300,8 +300,14 @@ class SqliteDriver:
         if self.retired:
             raise errors.StoreUnavailable(f"{self.url}: this store was closed for good")
 
-    def limited(self, *, call_timeout: float | None, idle_timeout: float | None) -> SqliteDriver:
-        """Itself: a local file's calls have no deadlines to keep."""
+    def limited(
+        self,
+        *,
+        call_timeout: float | None,
+        idle_timeout: float | None,
+        application_name: str | None = None,
+    ) -> SqliteDriver:
+        """Itself: a local file's calls have no deadlines to keep, nor names."""
         return self
 
     def retire(self) -> None:

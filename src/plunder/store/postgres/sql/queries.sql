@@ -12,12 +12,16 @@ SELECT statement_timestamp() AS now;
 
 -- name: settings_set
 -- This transaction's timeouts (milliseconds; 0 = none), and no JIT (see connections.pool_options),
--- where the server refused them as startup options (a transaction pooler).
--- set_config(name, v, true) ends with the transaction, like SET LOCAL, so nothing stays on
--- a server connection others share.
+-- where the server refused them as startup options (a transaction pooler) or the store limits
+-- its calls otherwise (a worker's janitor on the worker's connections, which then also goes
+-- by a name of its own, NULL: the connection's). set_config(name, v, true) ends with the
+-- transaction, like SET LOCAL, so nothing stays on a server connection others share.
 SELECT set_config('statement_timeout', %(statement_timeout)s, true),
        set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true),
-       set_config('jit', 'off', true);
+       set_config('jit', 'off', true),
+       set_config('application_name',
+                  COALESCE(%(application_name)s::text, current_setting('application_name')),
+                  true);
 
 -- name: schema_table_exists
 SELECT count(*) AS n FROM pg_catalog.pg_tables

@@ -335,7 +335,7 @@ class Job:
                     raise
                 # closed: the consumer is gone, and unwatches in its finally
 
-        reader = _StreamReader(self)
+        reader = StreamReader(self)
         unwatch = await asyncio.to_thread(self._watch, wake)
         try:
             while True:
@@ -360,9 +360,9 @@ class Job:
         before it belongs to an attempt that did not succeed. A stream that ends with
         events of an attempt other than the job's last (which streamed nothing) ends with
         that mark too."""
-        reader = _StreamReader(self)
+        reader = StreamReader(self)
         woken = threading.Event()
-        unwatch = self._watch(woken.set)
+        unwatch = self.watch(woken.set)
         try:
             while True:
                 events = reader.read()
@@ -375,7 +375,7 @@ class Job:
         finally:
             unwatch()
 
-    def _watch(self, callback: Callable[[], None]) -> Callable[[], None]:
+    def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` when the job writes stream events or finishes; returns the
         function that stops it."""
         unwatch_stream = self.app.hub.watch("stream", self.id, callback)
@@ -388,14 +388,15 @@ class Job:
         return unwatch
 
 
-class _StreamReader:
+class StreamReader:
     """A stream's reads, none of which waits: what :meth:`Job.stream` and
-    :meth:`Job.stream_async` yield between their waits."""
+    :meth:`Job.stream_async` yield between their waits (and the gateway's SSE streams,
+    which resume ``after`` the last event a client saw)."""
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: Job, *, after: int = 0) -> None:
         self.job = job
         self.started = time.monotonic()
-        self.after = 0
+        self.after = after
         self.attempt: int | None = None  # the attempt of the last event yielded
         self.poll = job.app.settings.poll_interval
 

@@ -262,6 +262,7 @@ class Session:
     expires_at: datetime
     tasks: tuple[str, ...] = ()  # the tasks its worker runs
     free_slots: int = 0  # as of its last heartbeat
+    key_id: str | None = None  # the API key that opened it through a gateway
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
+from plunder.access import ApiKey
 from plunder.model import (
     AckResult,
     Claim,
@@ -278,11 +279,13 @@ class Store(Protocol):
         expiry: float,
         tasks: Sequence[TaskInfo] = (),
         free_slots: int = 0,
+        key_id: str | None = None,
         now: Now = None,
     ) -> Session:
         """A new live session of a worker serving ``queues`` and ``tasks``, with
         ``free_slots``; the tasks are published (:meth:`task_get`) in the same transaction,
-        each replacing what an earlier session published under its name."""
+        each replacing what an earlier session published under its name. ``key_id``: the
+        API key that opened it through a gateway."""
         ...
 
     def session_heartbeat(
@@ -441,6 +444,36 @@ class Store(Protocol):
     ) -> list[StreamEvent]: ...
 
     def session_list(self, *, now: Now = None) -> list[Session]: ...
+
+    def session_get(self, session_id: str) -> Session | None:
+        """A session by id, live or expired; None once reaped (or never opened)."""
+        ...
+
+    # -- API keys (the gateway's; see plunder.access) ---------------------------------------
+    def key_create(
+        self,
+        *,
+        role: str,
+        group: str = ...,
+        queues: Sequence[str] = (),
+        name: str = "",
+        expires_in: float | None = None,
+        now: Now = None,
+    ) -> tuple[ApiKey, str]:
+        """A new key and its secret, shown this once (only its hash is stored)."""
+        ...
+
+    def key_get(self, key_id: str) -> ApiKey | None: ...
+
+    def key_list(self) -> list[ApiKey]: ...
+
+    def key_revoke(self, key_id: str, *, now: Now = None) -> tuple[ApiKey, list[str]]:
+        """Revoke the key and end the live sessions it opened (their ids)."""
+        ...
+
+    def queue_groups(self) -> dict[str, str]:
+        """The queues that belong to a group other than the default one, with it."""
+        ...
 
     def task_get(self, name: str) -> TaskInfo | None:
         """The task as the last worker serving it published it; None if none ever did."""

@@ -381,6 +381,7 @@ class Engine:
             expires_at=self.time(row["expires_at"]),
             tasks=tuple(self.list_out(row["tasks"])),
             free_slots=int(row["free_slots"]),
+            key_id=row["key_id"],
         )
 
     def lease(self, row: Row) -> Lease:

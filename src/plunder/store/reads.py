@@ -52,6 +52,13 @@ class Reads:
         rows = self.engine.run(lambda tx: tx.all("session_list", now=tx.clock(now)), write=False)
         return [self.engine.session(row) for row in rows]
 
+    def session_get(self, session_id: str) -> Session | None:
+        """A session by id, live or not (None: never opened, or reaped)."""
+        row = self.engine.run(
+            lambda tx: tx.one("session_get", session_id=str(session_id)), write=False
+        )
+        return None if row is None else self.engine.session(row)
+
     def task_get(self, name: str) -> TaskInfo | None:
         """The task as the last worker serving it published it; None if none ever did."""
         try:

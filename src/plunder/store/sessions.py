@@ -59,10 +59,13 @@ class Sessions:
         expiry: float,
         tasks: Sequence[TaskInfo] = (),
         free_slots: int = 0,
+        key_id: str | None = None,
         now: Now = None,
     ) -> Session:
         """Open a session; its ``tasks`` are published (``task_get``) in the same
-        transaction, each task's options replacing what an earlier session published."""
+        transaction, each task's options replacing what an earlier session published.
+        ``key_id``: the API key that opened it through the gateway (only that key may
+        speak for it)."""
         for queue in queues:
             payload.check_queue(queue)
         convert.positive("session expiry", expiry)
@@ -82,6 +85,7 @@ class Sessions:
                 expiry=float(expiry),
                 tasks=self.engine.list_in([r["name"] for r in rows]),
                 free_slots=free_slots,
+                key_id=key_id,
                 now=clock,
             )
             tx.batch("task_publish", rows, session_id=session_id, now=clock)

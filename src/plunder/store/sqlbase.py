@@ -3,6 +3,7 @@ driver, by delegation to the parts it composes.
 
 ```
  SQLStore ──▶ Sessions ──▶ Acks, Maintenance
+   │      ──▶ Keys
    │      ──▶ Claims ────▶ Acks (and the dialect's turn at once, if any)
    │      ──▶ Enqueue, Reads, Acks, Maintenance
    └──────────────────────▶ Engine ──▶ Driver (plunder.store.sqlite or .postgres)
@@ -20,7 +21,8 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
-from plunder import policy
+from plunder import access, policy
+from plunder.access import ApiKey
 from plunder.model import (
     AckResult,
     Claim,
@@ -46,6 +48,7 @@ from plunder.store.claims import Claims
 from plunder.store.driver import Driver, Now
 from plunder.store.engine import Engine
 from plunder.store.enqueue import Enqueue
+from plunder.store.keys import Keys
 from plunder.store.maintenance import Maintenance
 from plunder.store.reads import Reads
 from plunder.store.sessions import Sessions
@@ -100,6 +103,7 @@ class SQLStore:
         self.enqueue = Enqueue(self.engine)
         self.reads = Reads(self.engine)
         self.sessions = Sessions(self.engine, self.acks, self.maintenance)
+        self.keys = Keys(self.engine)
         self.borrowed = False  # a limited view's driver is its owner's to close
 
     @property
@@ -192,11 +196,12 @@ class SQLStore:
         expiry: float,
         tasks: Sequence[TaskInfo] = (),
         free_slots: int = 0,
+        key_id: str | None = None,
         now: Now = None,
     ) -> Session:
         return self.sessions.session_open(
             name=name, host=host, pid=pid, queues=queues, expiry=expiry, tasks=tasks,
-            free_slots=free_slots, now=now,
+            free_slots=free_slots, key_id=key_id, now=now,
         )  # fmt: skip
 
     def session_heartbeat(
@@ -327,6 +332,36 @@ class SQLStore:
 
     def job_runs(self, job_id: int) -> list[Run]:
         return self.reads.job_runs(job_id)
+
+    def session_get(self, session_id: str) -> Session | None:
+        return self.reads.session_get(session_id)
+
+    # -- API keys ------------------------------------------------------------------------
+    def key_create(
+        self,
+        *,
+        role: str,
+        group: str = access.DEFAULT_GROUP,
+        queues: Sequence[str] = (),
+        name: str = "",
+        expires_in: float | None = None,
+        now: Now = None,
+    ) -> tuple[ApiKey, str]:
+        return self.keys.key_create(
+            role=role, group=group, queues=queues, name=name, expires_in=expires_in, now=now
+        )
+
+    def key_get(self, key_id: str) -> ApiKey | None:
+        return self.keys.key_get(key_id)
+
+    def key_list(self) -> list[ApiKey]:
+        return self.keys.key_list()
+
+    def key_revoke(self, key_id: str, *, now: Now = None) -> tuple[ApiKey, list[str]]:
+        return self.keys.key_revoke(key_id, now=now)
+
+    def queue_groups(self) -> dict[str, str]:
+        return self.keys.queue_groups()
 
     def stream_read(self, job_id: int, *, after: int = 0, limit: int = 1000) -> list[StreamEvent]:
         return self.reads.stream_read(job_id, after=after, limit=limit)

@@ -603,10 +603,10 @@ LIMIT %(limit)s;
 -- name: session_insert
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 INSERT INTO plunder_sessions (id, name, host, pid, queues, expiry, started_at, heartbeat_at,
-                              expires_at, tasks, free_slots)
+                              expires_at, tasks, free_slots, key_id)
 SELECT %(session_id)s, %(name)s, %(host)s, %(pid)s, %(queues)s::text[], %(expiry)s,
        clock.now, clock.now, clock.now + %(expiry)s * interval '1 second',
-       %(tasks)s::text[], %(free_slots)s::integer
+       %(tasks)s::text[], %(free_slots)s::integer, %(key_id)s::text
 FROM clock
 RETURNING *;
 
@@ -929,3 +929,45 @@ WHERE c.oid = 'plunder_jobs'::regclass;
 -- columns that claims and the partial indexes choose by, a few times cheaper than every
 -- column (docs/decisions/0006-statistics-and-plans.md; autovacuum analyzes them all).
 ANALYZE (SKIP_LOCKED) plunder_jobs (queue, priority, status);
+
+-- name: session_get
+SELECT * FROM plunder_sessions WHERE id = %(session_id)s;
+
+-- name: session_end_for_key
+-- The live sessions a key opened, ended now (a revoked key): the janitor then treats them
+-- as any expired session, their running jobs lost.
+UPDATE plunder_sessions
+SET expires_at = COALESCE(%(now)s::timestamptz, statement_timestamp())
+WHERE key_id = %(key_id)s AND expires_at > COALESCE(%(now)s::timestamptz, statement_timestamp())
+RETURNING id;
+
+-- name: key_insert
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+INSERT INTO plunder_keys (id, name, role, key_group, queues, secret_hash, created_at,
+                          expires_at)
+SELECT %(key_id)s, %(name)s, %(role)s, %(key_group)s, %(queues)s::text[], %(secret_hash)s,
+       clock.now, clock.now + %(expires_in)s::float8 * interval '1 second'
+FROM clock
+RETURNING *;
+
+-- name: key_get
+SELECT * FROM plunder_keys WHERE id = %(key_id)s;
+
+-- name: key_list
+SELECT * FROM plunder_keys ORDER BY created_at, id;
+
+-- name: key_revoke
+-- Revoked once: a second revoke keeps the first time.
+UPDATE plunder_keys
+SET revoked_at = COALESCE(revoked_at, %(now)s::timestamptz, statement_timestamp())
+WHERE id = %(key_id)s
+RETURNING *;
+
+-- name: queue_group_take
+-- The queues a key of a group names become that group's, unless another group has them.
+INSERT INTO plunder_queue_groups (queue, group_name)
+SELECT q, %(group_name)s FROM unnest(%(queues)s::text[]) AS q
+ON CONFLICT (queue) DO NOTHING;
+
+-- name: queue_group_list
+SELECT queue, group_name FROM plunder_queue_groups ORDER BY queue;

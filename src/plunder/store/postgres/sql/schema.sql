@@ -96,9 +96,12 @@ CREATE TABLE plunder_sessions (
     expires_at TIMESTAMPTZ NOT NULL,
     -- the tasks it runs, and its free slots as of its last heartbeat (migration 11)
     tasks TEXT[] NOT NULL DEFAULT '{}',
-    free_slots INTEGER NOT NULL DEFAULT 0
+    free_slots INTEGER NOT NULL DEFAULT 0,
+    -- the API key that opened it through the gateway (migration 13); NULL: direct
+    key_id TEXT
 );
 CREATE INDEX plunder_sessions_expiry ON plunder_sessions (expires_at);
+CREATE INDEX plunder_sessions_key ON plunder_sessions (key_id) WHERE key_id IS NOT NULL;
 
 CREATE TABLE plunder_leases (
     name TEXT PRIMARY KEY,
@@ -126,4 +129,25 @@ CREATE TABLE plunder_tasks (
     options TEXT NOT NULL,
     session_id TEXT NOT NULL,
     published_at TIMESTAMPTZ NOT NULL
+);
+
+-- API keys for the gateway (migration 13): a role, a group, the only queues it may use
+-- (none: every queue), and the SHA-256 of its secret, never the secret.
+CREATE TABLE plunder_keys (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL DEFAULT '',
+    role TEXT NOT NULL CHECK (role IN ('worker', 'producer', 'reader', 'admin')),
+    key_group TEXT NOT NULL DEFAULT 'default',
+    queues TEXT[] NOT NULL DEFAULT '{}',
+    secret_hash TEXT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    expires_at TIMESTAMPTZ,
+    revoked_at TIMESTAMPTZ
+);
+
+-- A queue of a group other than "default" is that group's alone (migration 13): only its
+-- keys claim, enqueue and read there. Every other queue is the default group's.
+CREATE TABLE plunder_queue_groups (
+    queue TEXT PRIMARY KEY,
+    group_name TEXT NOT NULL
 );

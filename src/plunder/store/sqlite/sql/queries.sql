@@ -383,9 +383,9 @@ LIMIT :limit;
 
 -- name: session_insert
 INSERT INTO plunder_sessions (id, name, host, pid, queues, expiry, started_at, heartbeat_at,
-                              expires_at, tasks, free_slots)
+                              expires_at, tasks, free_slots, key_id)
 VALUES (:session_id, :name, :host, :pid, :queues, :expiry, :now, :now, :now + :expiry,
-        :tasks, :free_slots)
+        :tasks, :free_slots, :key_id)
 RETURNING *;
 
 -- name: session_heartbeat
@@ -598,3 +598,40 @@ WHERE j.status = 'pending'
   AND j.priority < :below
   AND j.task IN (SELECT value FROM json_each(:tasks))
   AND (j.expires_at IS NULL OR j.expires_at > :now);
+
+-- name: session_get
+SELECT * FROM plunder_sessions WHERE id = :session_id;
+
+-- name: session_end_for_key
+-- The live sessions a key opened, ended now (a revoked key): the janitor then treats them
+-- as any expired session, their running jobs lost.
+UPDATE plunder_sessions SET expires_at = :now
+WHERE key_id = :key_id AND expires_at > :now
+RETURNING id;
+
+-- name: key_insert
+INSERT INTO plunder_keys (id, name, role, key_group, queues, secret_hash, created_at,
+                          expires_at)
+VALUES (:key_id, :name, :role, :key_group, :queues, :secret_hash, :now, :now + :expires_in)
+RETURNING *;
+
+-- name: key_get
+SELECT * FROM plunder_keys WHERE id = :key_id;
+
+-- name: key_list
+SELECT * FROM plunder_keys ORDER BY created_at, id;
+
+-- name: key_revoke
+-- Revoked once: a second revoke keeps the first time.
+UPDATE plunder_keys SET revoked_at = COALESCE(revoked_at, :now)
+WHERE id = :key_id
+RETURNING *;
+
+-- name: queue_group_take
+-- The queues a key of a group names become that group's, unless another group has them.
+INSERT INTO plunder_queue_groups (queue, group_name)
+SELECT value, :group_name FROM json_each(:queues) WHERE true
+ON CONFLICT (queue) DO NOTHING;
+
+-- name: queue_group_list
+SELECT queue, group_name FROM plunder_queue_groups ORDER BY queue;

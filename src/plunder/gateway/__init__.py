@@ -1,0 +1,96 @@
+"""``plunder serve``: the gateway. Workers and producers that hold an API key instead of
+the database's credentials speak to it over HTTP (plunder.store.http); it speaks to the
+database with a small pool and one listening connection, however many they are.
+
+```
+ remote workers ─┐   /v1/sessions/…  (the worker protocol; the exchange long-polls)
+ producers ──────┼─▶ /v1/jobs/…      (enqueue, read, result long-poll, SSE stream)  ─▶ database
+ load balancer ──┘   /v1/health, /openapi.json
+```
+
+Stateless: any number of gateways serve one database behind a load balancer; what a
+request needs (its key, the session's owner) is in the database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from plunder.app import App
+from plunder.gateway import openapi, producers, workers
+from plunder.gateway.server import MAX_BODY, Gateway, refusal
+
+log = logging.getLogger("plunder.gateway")
+POOL_SIZE = 8  # the gateway's pooled connections (and one for its hub): ≤ 10 in all
+
+
+def create_app(url: str, *, pool_size: int = POOL_SIZE, max_body: int = MAX_BODY) -> Starlette:
+    """The gateway's ASGI app on the database at ``url`` (migrated if need be)."""
+    app = App(url, pool_size=pool_size, application_name="plunder:gateway")
+    gateway = Gateway(app, max_body=max_body)
+    table = [(p, m, n) for p, m, n in workers.ROUTES] + [
+        (p, m, endpoint.__name__) for p, m, endpoint in producers.ROUTES
+    ]
+    document = openapi.schema(table)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        app.close()
+
+    async def openapi_json(_: Request) -> JSONResponse:
+        return JSONResponse(document)
+
+    async def not_found(_: Request, exc: Exception) -> JSONResponse:
+        status = getattr(exc, "status_code", 404)
+        return refusal(status, "no such endpoint" if status == 404 else "method not allowed")
+
+    async def crashed(request: Request, exc: Exception) -> JSONResponse:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return refusal(500, "the gateway failed; see its log", "GatewayError")
+
+    routes: list[Any] = [
+        *workers.routes(gateway),
+        *producers.routes(gateway),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
+    ]
+    starlette = Starlette(
+        routes=routes,
+        exception_handlers={404: not_found, 405: not_found, 500: crashed},
+        lifespan=lifespan,
+    )
+    starlette.state.gateway = gateway
+    return starlette
+
+
+def serve(
+    url: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8700,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    pool_size: int = POOL_SIZE,
+) -> None:
+    """Serve the gateway until interrupted (uvicorn, one process)."""
+    import uvicorn
+
+    asgi = create_app(url, pool_size=pool_size)
+    uvicorn.run(
+        asgi,
+        host=host,
+        port=port,
+        ssl_certfile=tls_cert,
+        ssl_keyfile=tls_key,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )

@@ -1,0 +1,151 @@
+"""The gateway's API described for OpenAPI 3.1 (served at ``/openapi.json``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_STR: dict[str, Any] = {"type": "string"}
+_INT: dict[str, Any] = {"type": "integer"}
+_NUM: dict[str, Any] = {"type": "number"}
+_BOOL: dict[str, Any] = {"type": "boolean"}
+_STRS: dict[str, Any] = {"type": "array", "items": _STR}
+_ANY: dict[str, Any] = {}
+
+
+def _object(required: list[str], **properties: Any) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+_CLAIM = _object(["job_id", "attempt", "session_id"], job_id=_INT, attempt=_INT, session_id=_STR)
+_TASK = _object(["name", "queue", "pool", "options"], name=_STR, queue=_STR, pool=_STR,
+                options={"type": "object"})  # fmt: skip
+_REQUEST = _object(["queues", "tasks", "limit"], queues=_STRS, tasks=_STRS,
+                   limit={"type": "integer", "minimum": 0, "maximum": 10000},
+                   take_suspect=_BOOL)  # fmt: skip
+_ERROR = _object(["type", "message"], type=_STR, message=_STR, traceback=_STR)
+_OUTCOME = {
+    "oneOf": [
+        _object(["kind", "claim"], kind={"const": "completion"}, claim=_CLAIM, result=_ANY,
+                logs=_STRS),
+        _object(["kind", "claim", "error"], kind={"const": "failure"}, claim=_CLAIM,
+                error=_ERROR, retry_delay={"type": ["number", "null"], "minimum": 0},
+                logs=_STRS, outcome=_STR),
+        _object(["kind", "claim"], kind={"const": "release"}, claim=_CLAIM),
+    ]
+}  # fmt: skip
+_SPEC = _object(
+    ["task"],
+    task=_STR, args={"type": "array"}, kwargs={"type": "object"}, queue=_STR,
+    priority=_INT, delay=_NUM, max_attempts=_INT, timeout={"type": ["number", "null"]},
+    backoff_base=_NUM, backoff_cap=_NUM, retry_on_timeout=_BOOL,
+    key={"type": ["string", "null"]}, retry_on_lost=_BOOL,
+    expires_in={"type": ["number", "null"]},
+)  # fmt: skip
+_HELLO = _object(["name", "host", "pid", "queues", "tasks", "expiry"], name=_STR, host=_STR,
+                 pid=_INT, queues=_STRS, tasks={"type": "array", "items": _TASK},
+                 expiry={"type": "number", "exclusiveMinimum": 0}, free_slots=_INT)  # fmt: skip
+
+BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    ("/v1/sessions", "post"): _HELLO,
+    ("/v1/sessions/{session_id}/heartbeat", "post"): _object(
+        [], running={"type": "array", "items": _CLAIM}, free_slots={"type": ["integer", "null"]}
+    ),
+    ("/v1/sessions/{session_id}/exchange", "post"): _object(
+        [],
+        outcomes={"type": "array", "items": _OUTCOME},
+        claim={"oneOf": [_REQUEST, {"type": "null"}]},
+    ),
+    ("/v1/sessions/{session_id}/events", "post"): _object(
+        ["claim", "events"],
+        claim=_CLAIM,
+        events={
+            "type": "array",
+            "items": _object(["kind"], kind={"enum": ["chunk", "progress"]}, data=_ANY),
+        },
+    ),
+    ("/v1/sessions/{session_id}/next-due", "post"): _REQUEST,
+    ("/v1/sessions/{session_id}/close", "post"): _object(
+        [], started={"type": "array", "items": _CLAIM}, lost=_BOOL
+    ),
+    ("/v1/jobs", "post"): _object(["jobs"], jobs={"type": "array", "items": _SPEC}, records=_BOOL),
+}
+
+SUMMARIES = {
+    "health": "The gateway and its database answer (for load balancers)",
+    "open": "Open a worker session (a worker key)",
+    "heartbeat": "Renew a session: running claims in, claims to stop out",
+    "exchange": "Outcomes in, jobs out; ?wait= long-polls for work",
+    "append": "Append stream events and progress of a claim (fenced)",
+    "next_due": "Seconds until the next delayed job of a claim request is due",
+    "close": "Close a session; its unstarted jobs go back",
+    "enqueue": "Enqueue jobs (one transaction)",
+    "get_job": "A job",
+    "result": "A job once finished; ?wait= long-polls",
+    "stream": "A job's stream as server-sent events (resumable: Last-Event-ID)",
+    "events": "A job's stored stream events",
+    "runs": "A job's attempts",
+    "cancel": "Cancel a job",
+    "retry": "Retry a finished job",
+    "task": "A task as its workers published it",
+    "keys_list": "The API keys (an admin key)",
+}
+_WAIT = {"name": "wait", "in": "query", "required": False,
+         "schema": {"type": "number", "minimum": 0, "maximum": 60}}  # fmt: skip
+
+
+def schema(routes: list[tuple[str, str, str]]) -> dict[str, Any]:
+    """The OpenAPI document for ``routes`` (path, method, name)."""
+    paths: dict[str, Any] = {}
+    for path, method, name in routes:
+        operation: dict[str, Any] = {
+            "operationId": name,
+            "summary": SUMMARIES.get(name, name),
+            "responses": {
+                "200": {"description": "done"},
+                "201": {"description": "created"},
+                "204": {"description": "done, nothing to say"},
+                "400": {"description": "bad input: one line says what"},
+                "401": {"description": "no valid API key"},
+                "403": {"description": "the key may not do this"},
+                "404": {"description": "not found (or not this key's)"},
+                "413": {"description": "the body is too large"},
+                "429": {"description": "too many failed authentications"},
+                "503": {"description": "the database is busy or out of reach: retry"},
+            },
+            "security": [] if name == "health" else [{"key": []}],
+        }
+        parameters = [
+            {
+                "name": p,
+                "in": "path",
+                "required": True,
+                "schema": _INT if p == "job_id" else _STR,
+            }
+            for p in _path_parameters(path)
+        ]
+        if name in ("exchange", "result"):
+            parameters.append(_WAIT)
+        if parameters:
+            operation["parameters"] = parameters
+        request = BODIES.get((path, method.lower()))
+        if request is not None:
+            operation["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": request}},
+            }
+        paths.setdefault(path, {})[method.lower()] = operation
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "plunder gateway", "version": "1"},
+        "paths": paths,
+        "components": {"securitySchemes": {"key": {"type": "http", "scheme": "bearer"}}},
+    }
+
+
+def _path_parameters(path: str) -> list[str]:
+    return [part[1:-1] for part in path.split("/") if part.startswith("{")]

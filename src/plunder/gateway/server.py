@@ -1,0 +1,202 @@
+"""The gateway's plumbing: one ``Gateway`` per process (the database, the keys, the
+sessions' owners), requests read strictly, errors answered as one line of JSON.
+
+```
+ request ─▶ key (auth.Keys) ─▶ role and scope ─▶ body read (size-capped, strict JSON)
+         ─▶ the store, on a worker thread ─▶ JSON answer   (any refusal: 4xx, nothing written)
+```
+
+Every error answer is ``{"error": "<one line>", "type": "<plunder error name>"}``; the
+clients (plunder.store.http) raise the same plunder error from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from plunder import errors, payload, wire
+from plunder.access import ApiKey
+from plunder.app import App
+from plunder.gateway.auth import KEY_TTL, Keys, Refused, require, require_queues
+from plunder.store.base import Store
+from plunder.store.link import StoreLink
+
+log = logging.getLogger("plunder.gateway")
+T = TypeVar("T")
+MAX_BODY = 16 * 1024 * 1024  # bytes in one request body
+MAX_WAIT = 60.0  # seconds a long-poll may ask to wait
+MAX_SESSIONS_KNOWN = 100_000  # sessions whose key is remembered (then forgotten, re-read)
+
+# plunder's errors as HTTP statuses (the first that matches, in this order)
+_STATUS: list[tuple[type[BaseException], int]] = [
+    (errors.JobNotFound, 404),
+    (errors.SessionGone, 410),
+    (errors.InvalidTransition, 409),
+    (errors.StoreBusy, 503),
+    (errors.StoreUnavailable, 503),
+    (errors.StoreFull, 507),
+    (errors.OutcomeUnknown, 502),
+    (errors.StoreError, 500),
+    (errors.PayloadError, 400),
+    (errors.InvalidName, 400),
+    (errors.UnknownTask, 400),
+    (errors.ConfigError, 400),
+    (errors.StaleClaim, 409),
+    (wire.WireError, 400),
+    (ValueError, 400),
+    (TypeError, 400),
+]
+
+
+class Gateway:
+    """What every request handler shares: the app on the database, its store, the keys,
+    and which key opened which session."""
+
+    def __init__(self, app: App, *, max_body: int = MAX_BODY) -> None:
+        self.app = app
+        self.store: Store = app.store
+        self.link = StoreLink(self.store)
+        self.keys = Keys(self.store)
+        self.max_body = max_body
+        self._owners: dict[str, str | None] = {}  # session id -> the key that opened it
+        self._groups: tuple[dict[str, str], float] | None = None  # and when read
+        self._lock = threading.Lock()
+
+    def groups(self) -> dict[str, str]:
+        """The queues of groups other than the default one (see plunder.access), read
+        again at most once per KEY_TTL: a key made for a new group is in use at once."""
+        with self._lock:
+            cached = self._groups
+        if cached is not None and time.monotonic() - cached[1] < KEY_TTL:
+            return cached[0]
+        groups = self.store.queue_groups()
+        with self._lock:
+            self._groups = (groups, time.monotonic())
+        return groups
+
+    async def require_queues(self, key: ApiKey, queues: Sequence[str]) -> None:
+        groups = await run_in_threadpool(self.groups)
+        require_queues(key, list(queues), groups)
+
+    def remember(self, session_id: str, key_id: str) -> None:
+        with self._lock:
+            if len(self._owners) >= MAX_SESSIONS_KNOWN:
+                self._owners.clear()
+            self._owners[session_id] = key_id
+
+    def owner(self, session_id: str) -> str | None:
+        """The key that opened a session (None: no such session, or a direct one). A
+        session's key never changes, so it is read from the database once."""
+        with self._lock:
+            if session_id in self._owners:
+                return self._owners[session_id]
+        session = self.store.session_get(session_id)
+        if session is None:
+            return None  # not remembered: it may be opened by then, on another gateway
+        self.remember(session_id, session.key_id or "")
+        return session.key_id
+
+
+async def key_of(gateway: Gateway, request: Request, action: str) -> ApiKey:
+    """The request's key, allowed ``action`` (see ApiKey.may); Refused otherwise."""
+    address = request.client.host if request.client else "?"
+    key = await run_in_threadpool(gateway.keys.check, request.headers.get("authorization"), address)
+    require(key, action)
+    return key
+
+
+async def own_session(gateway: Gateway, key: ApiKey, session_id: str) -> None:
+    """Refused (404, as for a session that does not exist) unless ``key`` opened it."""
+    owner = await run_in_threadpool(gateway.owner, session_id)
+    if owner is None or owner != key.id:
+        raise Refused(404, f"no session {session_id[:40]!r} of this key")
+
+
+async def body(gateway: Gateway, request: Request) -> Any:
+    """The request's JSON body: at most ``max_body`` bytes, UTF-8, strict JSON."""
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > gateway.max_body):
+        raise Refused(413, f"the body is larger than {gateway.max_body} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > gateway.max_body:
+            raise Refused(413, f"the body is larger than {gateway.max_body} bytes")
+        chunks.append(chunk)
+    try:
+        text = b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError:
+        raise Refused(400, "the body is not UTF-8") from None
+    if "\x00" in text:
+        raise Refused(400, "the body holds a NUL character")
+    if not text.strip():
+        raise Refused(400, "the body is empty: a JSON object is expected")
+    return payload.parse(text, what="the body")
+
+
+def number(request: Request, name: str, default: float, *, high: float) -> float:
+    """A query parameter as a number from 0 to ``high``."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise Refused(400, f"?{name}= must be a number, not {raw[:20]!r}") from None
+    if not math.isfinite(value) or not 0 <= value <= high:
+        raise Refused(400, f"?{name}= must be from 0 to {high:g}")
+    return value
+
+
+def integer(request: Request, name: str, default: int | None, *, high: int) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or int(raw) > high:
+        raise Refused(400, f"?{name}= must be an integer from 0 to {high}")
+    return int(raw)
+
+
+def job_id(request: Request) -> int:
+    raw = request.path_params["job_id"]
+    if not raw.isdigit() or len(raw) > 19 or int(raw) < 1:
+        raise Refused(404, f"no job {raw[:20]!r}")
+    return int(raw)
+
+
+def refusal(status: int, reason: str, kind: str = "Refused", **headers: str) -> JSONResponse:
+    return JSONResponse({"error": reason, "type": kind}, status_code=status, headers=headers)
+
+
+def handler(
+    gateway: Gateway, endpoint: Callable[[Gateway, Request], Awaitable[Response]]
+) -> Callable[[Request], Awaitable[Response]]:
+    """A route's endpoint, with every refusal and plunder error answered as one line."""
+
+    async def handle(request: Request) -> Response:
+        try:
+            return await endpoint(gateway, request)
+        except Refused as exc:
+            headers = {} if exc.retry_after is None else {"Retry-After": f"{exc.retry_after:.0f}"}
+            return refusal(exc.status, exc.reason, **headers)
+        except Exception as exc:
+            status = next((code for kind, code in _STATUS if isinstance(exc, kind)), None)
+            if status is None:
+                raise  # a bug: Starlette answers 500 and logs the traceback
+            if status >= 500:
+                log.warning("%s %s: %s", request.method, request.url.path, exc)
+            headers = {"Retry-After": "1"} if status == 503 else {}
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return refusal(status, reason, type(exc).__name__, **headers)
+
+    return handle

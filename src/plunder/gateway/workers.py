@@ -1,0 +1,203 @@
+"""The worker protocol (plunder.protocol) over HTTP: a remote worker's session, heartbeats,
+exchanges and stream events, each bound to the key that opened the session.
+
+An exchange with nothing to claim waits (``?wait=`` seconds) for a wake-up from the
+gateway's own LISTEN (or SQLite's data_version) on the claim's queues, then claims again:
+an idle remote worker hears of a new job in milliseconds, and the database is not polled
+for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from plunder import wire
+from plunder.access import ApiKey
+from plunder.gateway.auth import Refused
+from plunder.gateway.server import (
+    MAX_WAIT,
+    Gateway,
+    body,
+    handler,
+    key_of,
+    number,
+    own_session,
+)
+from plunder.protocol import ClaimRequest, Outcome, Reply
+
+ROUTES = [
+    ("/v1/sessions", "POST", "open"),
+    ("/v1/sessions/{session_id}/heartbeat", "POST", "heartbeat"),
+    ("/v1/sessions/{session_id}/exchange", "POST", "exchange"),
+    ("/v1/sessions/{session_id}/events", "POST", "append"),
+    ("/v1/sessions/{session_id}/next-due", "POST", "next_due"),
+    ("/v1/sessions/{session_id}/close", "POST", "close"),
+]
+
+
+async def _session(gateway: Gateway, request: Request) -> tuple[ApiKey, str, Any]:
+    """The key (a worker's), the session it opened and the request's body."""
+    key = await key_of(gateway, request, "work")
+    session_id = request.path_params["session_id"]
+    await own_session(gateway, key, session_id)
+    return key, session_id, await body(gateway, request)
+
+
+def _own_claims(session_id: str, claims: Any) -> None:
+    for claim in claims:
+        if claim.session_id != session_id:
+            raise Refused(403, f"job {claim.job_id}'s claim names another session")
+
+
+async def open_session(gateway: Gateway, request: Request) -> Response:
+    key = await key_of(gateway, request, "work")
+    hello = wire.hello_in(await body(gateway, request))
+    await gateway.require_queues(key, hello.queues)
+    session = await run_in_threadpool(
+        lambda: gateway.store.session_open(
+            name=hello.name,
+            host=hello.host,
+            pid=hello.pid,
+            queues=hello.queues,
+            expiry=hello.expiry,
+            tasks=hello.tasks,
+            free_slots=hello.free_slots,
+            key_id=key.id,
+        )
+    )
+    gateway.remember(session.id, key.id)
+    return JSONResponse(wire.session_out(session), status_code=201)
+
+
+async def heartbeat(gateway: Gateway, request: Request) -> Response:
+    _, session_id, data = await _session(gateway, request)
+    beat = wire.beat_in(data, session_id)
+    _own_claims(session_id, beat.running)
+    answer = await run_in_threadpool(gateway.link.heartbeat, beat)
+    return JSONResponse(wire.heartbeat_out(answer))
+
+
+def _exchange_in(data: Any) -> tuple[list[Outcome], ClaimRequest | None]:
+    fields = wire.Fields(data, "an exchange")
+    outcomes = fields.items("outcomes", wire.outcome_in, [])
+    claim = wire.request_in(fields.take("claim", dict, None))
+    fields.done()
+    return outcomes, claim
+
+
+async def exchange(gateway: Gateway, request: Request) -> Response:
+    key, session_id, data = await _session(gateway, request)
+    wait = number(request, "wait", 0.0, high=MAX_WAIT)
+    outcomes, claim = _exchange_in(data)
+    _own_claims(session_id, [o.claim for o in outcomes])
+    if claim is not None:
+        await gateway.require_queues(key, claim.queues)
+    if claim is None or not claim.limit or not wait:
+        reply = await run_in_threadpool(gateway.link.exchange, session_id, outcomes, claim)
+        return JSONResponse(wire.reply_out(reply))
+    reply = await _long_poll(
+        gateway, request, session_id=session_id, outcomes=outcomes, claim=claim, wait=wait
+    )
+    return JSONResponse(wire.reply_out(reply))
+
+
+async def _long_poll(
+    gateway: Gateway,
+    request: Request,
+    *,
+    session_id: str,
+    outcomes: list[Outcome],
+    claim: ClaimRequest,
+    wait: float,
+) -> Reply:
+    """The exchange, then, while it claimed nothing, a wait for a wake-up on the claim's
+    queues (the poll interval at most) and the claim again, until ``wait`` passes. The
+    wake-up is registered before the first claim, so none falls between."""
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+    deadline = loop.time() + wait
+    unregister = gateway.app.hub.on_work(
+        list(claim.queues), lambda: loop.call_soon_threadsafe(woken.set)
+    )
+    try:
+        reply = await run_in_threadpool(gateway.link.exchange, session_id, outcomes, claim)
+        while not reply.claimed:
+            left = deadline - loop.time()
+            if left <= 0 or await request.is_disconnected():
+                return reply
+            with contextlib.suppress(TimeoutError):  # the poll: a wake-up may have been lost
+                await asyncio.wait_for(woken.wait(), min(left, gateway.app.settings.poll_interval))
+            woken.clear()
+            again = await run_in_threadpool(gateway.link.exchange, session_id, [], claim)
+            reply = Reply(reply.completed, reply.failed, reply.released, again.claimed)
+        return reply
+    finally:
+        unregister()
+
+
+async def append(gateway: Gateway, request: Request) -> Response:
+    _, session_id, data = await _session(gateway, request)
+    fields = wire.Fields(data, "stream events")
+    claim = wire.claim_in(fields.take("claim", dict))
+    events = fields.items("events", _event_in)
+    fields.done()
+    _own_claims(session_id, [claim])
+    await run_in_threadpool(gateway.link.append, claim, events)
+    return Response(status_code=204)
+
+
+def _event_in(data: Any) -> tuple[str, Any]:
+    fields = wire.Fields(data, "a stream event")
+    kind = fields.take("kind", str)
+    value = fields.take("data", object, None)
+    fields.done()
+    if kind not in ("chunk", "progress"):
+        raise wire.WireError(f"a stream event's kind must be chunk or progress, not {kind!r}")
+    return kind, value
+
+
+async def next_due(gateway: Gateway, request: Request) -> Response:
+    key, _, data = await _session(gateway, request)
+    claim = wire.request_in(data)
+    if claim is None:
+        raise Refused(400, "a claim request is expected")
+    await gateway.require_queues(key, claim.queues)
+    seconds = await run_in_threadpool(gateway.link.next_due, claim)
+    return JSONResponse({"seconds": seconds})
+
+
+async def close(gateway: Gateway, request: Request) -> Response:
+    _, session_id, data = await _session(gateway, request)
+    fields = wire.Fields(data, "a close")
+    started = fields.items("started", wire.claim_in, [])
+    lost = fields.take("lost", bool, False)
+    fields.done()
+    _own_claims(session_id, started)
+    released = await run_in_threadpool(
+        lambda: gateway.link.close(session_id, started=started, lost=lost)
+    )
+    return JSONResponse({"released": released})
+
+
+_ENDPOINTS = {
+    "open": open_session,
+    "heartbeat": heartbeat,
+    "exchange": exchange,
+    "append": append,
+    "next_due": next_due,
+    "close": close,
+}
+
+
+def routes(gateway: Gateway) -> list[Route]:
+    return [
+        Route(path, handler(gateway, _ENDPOINTS[name]), methods=[method], name=name)
+        for path, method, name in ROUTES
+    ]

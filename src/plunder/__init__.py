@@ -5,6 +5,7 @@ import logging
 from plunder.app import App, Job
 from plunder.context import AsyncConnection, Context
 from plunder.errors import (
+    AccessDenied,
     ConfigError,
     InvalidName,
     InvalidTransition,
@@ -46,6 +47,7 @@ __version__ = "0.1.0"
 logging.getLogger("plunder").addHandler(logging.NullHandler())
 
 __all__ = [
+    "AccessDenied",
     "App",
     "AsyncConnection",
     "Claim",

@@ -17,6 +17,7 @@ from plunder.hub import Hub
 from plunder.model import JobRecord, JobSpec, Run, StreamEvent
 from plunder.states import Status, is_terminal
 from plunder.store import Store, open_store
+from plunder.store.http import HttpStore
 from plunder.task import Options, Registry, Task, make_task, published_options
 
 
@@ -283,6 +284,10 @@ class Job:
     def wait(self, timeout: float | None = None) -> JobRecord:
         """Wait until the job is terminal; TimeoutError when ``timeout`` passes first (the
         job keeps running). Woken by the hub; re-checks at least every poll interval."""
+        store = self.app.store
+        if isinstance(store, HttpStore):  # the gateway waits for it
+            self._record = store.job_wait(self.id, timeout)
+            return self._record
         deadline = None if timeout is None else time.monotonic() + timeout
         woken = threading.Event()
         unwatch = self.app.hub.watch("done", self.id, woken.set)
@@ -324,6 +329,15 @@ class Job:
         Each read is a short call on a thread and each wait an asyncio wait, so that the
         loop runs on meanwhile, and cancelling the consumer (or leaving the loop early)
         ends it at once, with no thread left waiting."""
+        store = self.app.store
+        if isinstance(store, HttpStore):  # the gateway follows it; each read on a thread
+            events = store.job_stream(self.id, timeout=timeout)
+            try:
+                while (event := await asyncio.to_thread(next, events, None)) is not None:
+                    yield event
+            finally:
+                await asyncio.to_thread(events.close)
+            return
         loop = asyncio.get_running_loop()
         woken = asyncio.Event()
 
@@ -360,6 +374,10 @@ class Job:
         before it belongs to an attempt that did not succeed. A stream that ends with
         events of an attempt other than the job's last (which streamed nothing) ends with
         that mark too."""
+        store = self.app.store
+        if isinstance(store, HttpStore):  # the gateway follows it
+            yield from store.job_stream(self.id, timeout=timeout)
+            return
         reader = StreamReader(self)
         woken = threading.Event()
         unwatch = self.watch(woken.set)

@@ -68,6 +68,11 @@ class StaleLease(PlunderError):
     """The lease is no longer held under this term; the write was refused."""
 
 
+class AccessDenied(PlunderError):
+    """The gateway refused the API key: missing, wrong, revoked, expired, or not allowed
+    to do this."""
+
+
 class StoreError(PlunderError):
     """The store failed."""
 

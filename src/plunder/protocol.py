@@ -41,6 +41,7 @@ from plunder.model import (
 )
 
 MAX_CLAIM = 10_000  # the most jobs one exchange may claim
+MAX_WAIT = 60.0  # the longest a claim may wait for work where the link long-polls
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +66,15 @@ class ClaimRequest:
     tasks: tuple[str, ...]
     limit: int
     take_suspect: bool = True
+    # seconds a link that long-polls (a gateway's) may hold the exchange while nothing is
+    # there to claim; others ignore it (their worker is woken otherwise)
+    wait: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.limit, bool) or not 0 <= self.limit <= MAX_CLAIM:
             raise ValueError(f"a claim's limit must be from 0 to {MAX_CLAIM}, not {self.limit!r}")
+        if not 0 <= self.wait <= MAX_WAIT:
+            raise ValueError(f"a claim's wait must be from 0 to {MAX_WAIT}s, not {self.wait!r}")
         if self.limit and not (self.queues and self.tasks):
             raise ValueError("a claim names at least one queue and one task")
 
@@ -112,7 +118,13 @@ class Reply:
 class WorkerProtocol(Protocol):
     """The operations a worker needs (see the module docstring). Each raises plunder's
     store errors: ``SessionGone`` when the session is no more, ``StoreBusy`` /
-    ``StoreUnavailable`` for what may pass on a retry."""
+    ``StoreUnavailable`` for what may pass on a retry.
+
+    ``long_polls``: an exchange that claims nothing waits at the far end until work
+    arrives (a gateway), so the worker claims again at once instead of waiting for a
+    wake-up of its own."""
+
+    long_polls: bool
 
     def open(self, hello: Hello) -> Session: ...
 

@@ -272,6 +272,7 @@ def request_out(request: ClaimRequest | None) -> dict[str, Any] | None:
         "tasks": list(request.tasks),
         "limit": request.limit,
         "take_suspect": request.take_suspect,
+        "wait": request.wait,
     }
 
 
@@ -281,9 +282,10 @@ def request_in(data: Any) -> ClaimRequest | None:
     f = Fields(data, "a claim request")
     queues, tasks = f.strings("queues"), f.strings("tasks")
     limit, suspect = f.take("limit", int), f.take("take_suspect", bool, True)
+    wait = f.take("wait", float, 0.0)
     f.done()
     try:
-        return ClaimRequest(queues, tasks, limit, suspect)
+        return ClaimRequest(queues, tasks, limit, suspect, wait)
     except ValueError as exc:
         raise WireError(str(exc)) from None
 

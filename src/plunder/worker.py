@@ -337,7 +337,10 @@ class Worker:
         """Until an outcome or a wake-up arrives, but no longer than the poll interval, the
         next due delayed job (database clock) or the next task deadline."""
         wait = self.settings.poll_interval
-        if self._slots.busy() < self.options.concurrency and not self._stop.is_set():
+        free = self._slots.busy() < self.options.concurrency and not self._stop.is_set()
+        if free and self.link.long_polls:
+            return 0.0  # the exchange itself waits for work, at the far end
+        if free:
             try:
                 due = self.link.next_due(self._turns.request(0))
             except errors.StoreError as exc:

@@ -48,6 +48,8 @@ class MemoryLink:
     """The worker protocol over a dict of jobs. Thread-safe (the worker calls it from its
     main thread, its heartbeat thread and its streamer)."""
 
+    long_polls = False
+
     jobs: dict[int, JobRecord] = field(default_factory=dict)
     sessions: dict[str, Session] = field(default_factory=dict)
     events: list[tuple[Claim, str, Any]] = field(default_factory=list)

@@ -11,7 +11,7 @@ demo and bench), and print through ``output``.
 
 from __future__ import annotations
 
-from plunder.cli import database, jobs, run, showcase
+from plunder.cli import database, gateway, jobs, run, showcase
 from plunder.cli.root import main
 
 __all__ = ["main"]
@@ -26,6 +26,8 @@ for command in (
     jobs.job,
     jobs.cancel,
     jobs.retry,
+    gateway.serve,
+    gateway.keys,
     showcase.demo,
     showcase.bench,
 ):

@@ -68,7 +68,14 @@ class Group(click.Group):
     envvar="PLUNDER_URL",
     default=config.DEFAULT_URL,
     show_default=True,
-    help="Database URL (sqlite:///file.db or postgresql://…); env PLUNDER_URL.",
+    help="Database URL (sqlite:///file.db or postgresql://…), or a gateway's "
+    "(https://host:8700, with --key); env PLUNDER_URL.",
+)
+@click.option(
+    "--key",
+    envvar="PLUNDER_KEY",
+    default=None,
+    help="API key for a gateway URL (http(s)://…); env PLUNDER_KEY.",
 )
 @click.option(
     "--log-level",
@@ -78,7 +85,7 @@ class Group(click.Group):
 )
 @click.version_option(package_name="plunder")
 @click.pass_context
-def main(ctx: click.Context, db: str, log_level: str) -> None:
+def main(ctx: click.Context, db: str, key: str | None, log_level: str) -> None:
     """plunder: a job queue where idle workers steal work from a database.
 
     --db goes before or after the command. Errors are one line on stderr: a usage mistake
@@ -91,7 +98,11 @@ def main(ctx: click.Context, db: str, log_level: str) -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # httpx logs every request at INFO: a remote worker's log would be nothing else
+    logging.getLogger("httpx").setLevel(
+        max(logging.WARNING, logging.getLevelName(log_level.upper()))
+    )
     source = ctx.get_parameter_source("db")
     explicit = source not in (click.core.ParameterSource.DEFAULT, None)
-    ctx.obj = State(db, explicit)
+    ctx.obj = State(db, explicit, key)
     ctx.call_on_close(ctx.obj.close)

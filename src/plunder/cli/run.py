@@ -16,6 +16,7 @@ from plunder.cli.output import F, user_errors
 from plunder.cli.state import CLI_STORE, State, pass_state
 from plunder.execution import tune_gc
 from plunder.store import open_store
+from plunder.store.http import Client, HttpLink
 from plunder.turns import MAX_DEPTH
 from plunder.worker import Worker, WorkerOptions
 
@@ -85,12 +86,19 @@ def interval_options(fn: F) -> F:
     "holds while busy (3 connections per worker instead of 2); each turn claims up to a "
     "1/depth share of the slots (-c 300: batches of 100). SQLite makes one at a time.",
 )
+@click.option(
+    "--url",
+    default=None,
+    help="A gateway's URL (https://host:8700; several, comma-separated, fail over): the "
+    "worker needs an API key (--key) and no database URL.",
+)
 @interval_options
 @pass_state
 def worker(
     state: State,
     /,
     app_spec: str,
+    url: str | None,
     queues: str | None,
     concurrency: int,
     pool: str | None,
@@ -103,6 +111,8 @@ def worker(
 ) -> None:
     """Run a worker: claim jobs, run them, acknowledge them."""
     with user_errors():
+        if url is not None:
+            state.url, state.explicit = url, True
         app = load_app(app_spec, state)
         app.configure(**intervals, listen=False if no_listen else None)
         queue_list = tuple(q.strip() for q in queues.split(",") if q.strip()) if queues else None
@@ -116,7 +126,16 @@ def worker(
             depth=depth,
         )
         tune_gc()
-        Worker(app, options).run()
+        Worker(app, options, link=_gateway_link(state, app)).run()
+
+
+def _gateway_link(state: State, app: App) -> HttpLink | None:
+    """The link to a gateway, where the worker's URL is one (``--url`` or the app's);
+    None: the worker speaks to the database."""
+    url = app.url
+    if not url.lower().startswith(("http://", "https://")):
+        return None
+    return HttpLink(Client(url, state.key or os.environ.get("PLUNDER_KEY")))
 
 
 @click.command()

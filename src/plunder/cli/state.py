@@ -21,15 +21,24 @@ class State:
     """The URL (``explicit``: given by ``--db`` or PLUNDER_URL, not the default) and a store
     opened on it at first use, closed when the command ends."""
 
-    def __init__(self, url: str, explicit: bool) -> None:
+    def __init__(self, url: str, explicit: bool, key: str | None = None) -> None:
         self.url = url
         self.explicit = explicit
+        self.key = key  # a gateway's API key (--key, PLUNDER_KEY)
         self._store: Store | None = None
+
+    @property
+    def remote(self) -> bool:
+        """Whether the URL is a gateway's (http:// or https://)."""
+        return self.url.lower().startswith(("http://", "https://"))
 
     def store(self, *, migrate: bool = False) -> Store:
         if self._store is None:
             # only init (migrate) may create a SQLite file
-            store = open_store(self.url, **{**CLI_STORE, "create": migrate})
+            options = {**CLI_STORE, "create": migrate}
+            if self.remote:
+                options["key"] = self.key
+            store = open_store(self.url, **options)
             store.migrate() if migrate else store.schema_check()
             self._store = store
         return self._store

@@ -26,7 +26,8 @@ _TASK = _object(["name", "queue", "pool", "options"], name=_STR, queue=_STR, poo
                 options={"type": "object"})  # fmt: skip
 _REQUEST = _object(["queues", "tasks", "limit"], queues=_STRS, tasks=_STRS,
                    limit={"type": "integer", "minimum": 0, "maximum": 10000},
-                   take_suspect=_BOOL)  # fmt: skip
+                   take_suspect=_BOOL,
+                   wait={"type": "number", "minimum": 0, "maximum": 60})  # fmt: skip
 _ERROR = _object(["type", "message"], type=_STR, message=_STR, traceback=_STR)
 _OUTCOME = {
     "oneOf": [
@@ -79,7 +80,7 @@ SUMMARIES = {
     "health": "The gateway and its database answer (for load balancers)",
     "open": "Open a worker session (a worker key)",
     "heartbeat": "Renew a session: running claims in, claims to stop out",
-    "exchange": "Outcomes in, jobs out; ?wait= long-polls for work",
+    "exchange": "Outcomes in, jobs out; a claim's wait long-polls for work",
     "append": "Append stream events and progress of a claim (fenced)",
     "next_due": "Seconds until the next delayed job of a claim request is due",
     "close": "Close a session; its unstarted jobs go back",
@@ -128,7 +129,7 @@ def schema(routes: list[tuple[str, str, str]]) -> dict[str, Any]:
             }
             for p in _path_parameters(path)
         ]
-        if name in ("exchange", "result"):
+        if name == "result":
             parameters.append(_WAIT)
         if parameters:
             operation["parameters"] = parameters

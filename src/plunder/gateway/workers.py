@@ -1,7 +1,7 @@
 """The worker protocol (plunder.protocol) over HTTP: a remote worker's session, heartbeats,
 exchanges and stream events, each bound to the key that opened the session.
 
-An exchange with nothing to claim waits (``?wait=`` seconds) for a wake-up from the
+An exchange with nothing to claim waits (its claim request's ``wait`` seconds) for a wake-up from the
 gateway's own LISTEN (or SQLite's data_version) on the claim's queues, then claims again:
 an idle remote worker hears of a new job in milliseconds, and the database is not polled
 for it.
@@ -22,12 +22,10 @@ from plunder import wire
 from plunder.access import ApiKey
 from plunder.gateway.auth import Refused
 from plunder.gateway.server import (
-    MAX_WAIT,
     Gateway,
     body,
     handler,
     key_of,
-    number,
     own_session,
 )
 from plunder.protocol import ClaimRequest, Outcome, Reply
@@ -94,8 +92,8 @@ def _exchange_in(data: Any) -> tuple[list[Outcome], ClaimRequest | None]:
 
 async def exchange(gateway: Gateway, request: Request) -> Response:
     key, session_id, data = await _session(gateway, request)
-    wait = number(request, "wait", 0.0, high=MAX_WAIT)
     outcomes, claim = _exchange_in(data)
+    wait = claim.wait if claim is not None else 0.0
     _own_claims(session_id, [o.claim for o in outcomes])
     if claim is not None:
         await gateway.require_queues(key, claim.queues)

@@ -1,4 +1,5 @@
-"""Open a store from a URL: ``sqlite:///path.db`` or ``postgresql://…``."""
+"""Open a store from a URL: ``sqlite:///path.db``, ``postgresql://…``, or a gateway's
+``https://…`` (plunder.store.http, with an API key)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,11 @@ def open_store(url: str, **options: Any) -> Store:
             raise errors.ConfigError(str(exc)) from exc
         sqlite_only = {"busy_timeout"}
         return PostgresStore(url, **{k: v for k, v in options.items() if k not in sqlite_only})
+    if scheme in ("http", "https"):  # a gateway (plunder serve), with an API key
+        from plunder.store.http import HttpStore
+
+        return HttpStore(url, **options)  # type: ignore[return-value]
     raise errors.ConfigError(
         f"unsupported database URL scheme {scheme!r} in {url.split('://', 1)[0]}://…: "
-        "use sqlite:// or postgresql://"
+        "use sqlite://, postgresql:// or a gateway's https://"
     )

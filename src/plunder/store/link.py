@@ -28,6 +28,8 @@ from plunder.store.base import Store, TurnPipe
 class StoreLink:
     """A worker's protocol over ``store`` (see plunder.protocol.WorkerProtocol)."""
 
+    long_polls = False  # the worker's hub wakes it
+
     def __init__(self, store: Store) -> None:
         self.store = store
 

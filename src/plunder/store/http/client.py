@@ -1,0 +1,189 @@
+"""Requests to one or more gateways (``https://a:8700,https://b:8700``) with an API key.
+
+A gateway that is down or busy (connection refused or lost, 502, 503, 429) is left for the
+next at once; once every gateway failed in a round, the client waits the fixed busy
+interval (150 ms, jittered; it never grows) and goes round again, until the call's budget
+is spent. A request that is not safe to send twice (an enqueue without keys) is sent again
+only when the gateway surely did not take it (it refused the connection, or answered 429
+or 503 before doing anything).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from plunder import errors, policy
+from plunder.wire import WireError
+
+RETRYABLE = frozenset({429, 502, 503, 504})
+NOT_TAKEN = frozenset({429, 503})  # the gateway refused before doing anything
+CONNECT_TIMEOUT = 5.0
+CALL_TIMEOUT = 30.0  # seconds for an answer, beyond what a long-poll asks to wait
+
+
+def split_urls(url: str) -> list[str]:
+    """``https://a:8700,https://b:8700`` as its gateways, each without a trailing slash."""
+    urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
+    for one in urls:
+        if not one.lower().startswith(("http://", "https://")):
+            raise errors.ConfigError(f"a gateway URL must start with http:// or https://: {one!r}")
+    if not urls:
+        raise errors.ConfigError("no gateway URL given")
+    return urls
+
+
+class Client:
+    """One process's connections to its gateways (httpx keeps them alive; thread-safe)."""
+
+    def __init__(
+        self,
+        url: str,
+        key: str | None,
+        *,
+        busy_total: float = policy.BUSY_TOTAL,
+        verify: bool | str = True,
+    ) -> None:
+        if not key:
+            raise errors.ConfigError(
+                "a gateway needs an API key: pass key=... or set PLUNDER_KEY "
+                "(see `plunder keys create`)"
+            )
+        self.urls = split_urls(url)
+        self.url = ",".join(self.urls)
+        self.busy_total = busy_total
+        self._key = key
+        self._http = httpx.Client(
+            timeout=httpx.Timeout(CALL_TIMEOUT, connect=CONNECT_TIMEOUT),
+            headers={"Authorization": f"Bearer {key}", "User-Agent": "plunder"},
+            verify=verify,
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+        )
+        self._lock = threading.Lock()
+        self._preferred = 0  # the gateway that answered last
+        self._closed = False
+
+    def __repr__(self) -> str:  # never the key
+        return f"Client({self.url!r})"
+
+    def close(self) -> None:
+        self._closed = True
+        self._http.close()
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        wait: float = 0.0,
+        idempotent: bool = True,
+    ) -> Any:
+        """The answer's JSON (None for 204), or plunder's error for a refusal. ``wait``:
+        seconds the gateway may hold the request (a long-poll), added to the timeout."""
+        backoff = policy.BusyBackoff(total=self.busy_total)
+        timeout = httpx.Timeout(CALL_TIMEOUT + wait, connect=CONNECT_TIMEOUT)
+        failure: Exception | None = None
+        while True:
+            for index, base in self._round():
+                try:
+                    response = self._http.request(
+                        method, base + path, json=json, params=params, timeout=timeout
+                    )
+                except httpx.ConnectError as exc:  # never reached it: safe to send again
+                    failure = errors.StoreUnavailable(f"{base}: {exc}")
+                    continue
+                except httpx.TransportError as exc:
+                    failure = errors.StoreUnavailable(f"{base}: {type(exc).__name__}: {exc}")
+                    if not idempotent:
+                        raise errors.OutcomeUnknown(
+                            f"{base}: the connection was lost before the answer; the request "
+                            "may or may not have been carried out"
+                        ) from exc
+                    continue
+                status = response.status_code
+                if status in RETRYABLE and (idempotent or status in NOT_TAKEN):
+                    failure = _error(response, base)
+                    continue
+                with self._lock:
+                    self._preferred = index
+                if status >= 400:
+                    raise _error(response, base)
+                return None if status == 204 else response.json()
+            pause = backoff.next_wait()
+            if pause is None or self._closed:
+                assert failure is not None
+                raise failure
+            time.sleep(pause)
+
+    def _round(self) -> Iterator[tuple[int, str]]:
+        """Every gateway once, the one that answered last first."""
+        with self._lock:
+            first = self._preferred
+        count = len(self.urls)
+        for i in itertools.islice(itertools.count(first), count):
+            yield i % count, self.urls[i % count]
+
+    def stream(self, path: str, *, headers: dict[str, str]) -> Any:
+        """A streamed GET (server-sent events) on the preferred gateway: httpx's stream
+        context manager, the caller reads its lines."""
+        with self._lock:
+            base = self.urls[self._preferred]
+        timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT)
+        return self._http.stream("GET", base + path, headers=headers, timeout=timeout)
+
+
+# the gateway's error types (the "type" of its answer) as plunder's errors
+_TYPES: dict[str, type[Exception]] = {
+    "JobNotFound": errors.JobNotFound,
+    "SessionGone": errors.SessionGone,
+    "InvalidTransition": errors.InvalidTransition,
+    "StoreBusy": errors.StoreBusy,
+    "StoreUnavailable": errors.StoreUnavailable,
+    "StoreFull": errors.StoreFull,
+    "OutcomeUnknown": errors.OutcomeUnknown,
+    "PayloadError": errors.PayloadError,
+    "InvalidName": errors.InvalidName,
+    "UnknownTask": errors.UnknownTask,
+    "StaleClaim": errors.StaleClaim,
+    "WireError": WireError,
+    "ConfigError": errors.ConfigError,
+}
+_BY_STATUS: dict[int, type[Exception]] = {
+    401: errors.AccessDenied,
+    403: errors.AccessDenied,
+    404: errors.JobNotFound,
+    410: errors.SessionGone,
+    413: errors.PayloadError,
+    429: errors.StoreBusy,
+    502: errors.StoreUnavailable,
+    503: errors.StoreBusy,
+    504: errors.StoreUnavailable,
+}
+
+
+def error_of(status: int, data: Any, where: str) -> Exception:
+    """The plunder error a gateway's refusal stands for."""
+    reason = data.get("error") if isinstance(data, dict) else None
+    kind = data.get("type") if isinstance(data, dict) else None
+    message = f"{where}: {reason or f'HTTP {status}'}"
+    if status in (401, 403):
+        return errors.AccessDenied(message)
+    cls = _TYPES.get(str(kind)) or _BY_STATUS.get(status)
+    if cls is None:
+        cls = errors.StoreError if status >= 500 else errors.PlunderError
+    return cls(message)
+
+
+def _error(response: httpx.Response, base: str) -> Exception:
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    return error_of(response.status_code, data, base)

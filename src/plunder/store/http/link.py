@@ -1,0 +1,90 @@
+"""The worker protocol (plunder.protocol) spoken to a gateway: a remote worker's link.
+
+An exchange that claims and finds nothing waits at the gateway (as long as its claim
+request's ``wait`` says) until a job arrives in one of its queues; the worker's loop sees
+a slow exchange, not a poll. One exchange at a time (no pipe): depth 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from plunder import wire
+from plunder.model import Claim, Heartbeat, Session
+from plunder.protocol import Beat, ClaimRequest, Hello, Outcome, Reply
+from plunder.store.http.client import Client
+
+
+class HttpLink:
+    """A worker's protocol over a gateway (see plunder.protocol.WorkerProtocol)."""
+
+    long_polls = True
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self._session: str | None = None  # the last session opened: next_due asks under it
+
+    def open(self, hello: Hello) -> Session:
+        data = self.client.call("POST", "/v1/sessions", json=wire.hello_out(hello))
+        session = wire.session_in(data)
+        self._session = session.id
+        return session
+
+    def heartbeat(self, beat: Beat, *, via: Any = None) -> Heartbeat:
+        path = f"/v1/sessions/{beat.session_id}/heartbeat"
+        return wire.heartbeat_in(self.client.call("POST", path, json=wire.beat_out(beat)))
+
+    def exchange(
+        self, session_id: str, outcomes: Sequence[Outcome], claim: ClaimRequest | None
+    ) -> Reply:
+        # the worker says how long the gateway may hold it (ClaimRequest.wait); results
+        # sent now are written at once, before any wait
+        wait = claim.wait if claim is not None and claim.limit and not outcomes else 0.0
+        data = self.client.call(
+            "POST",
+            f"/v1/sessions/{session_id}/exchange",
+            json={
+                "outcomes": [wire.outcome_out(o) for o in outcomes],
+                "claim": wire.request_out(claim),
+            },
+            wait=wait,
+        )
+        return wire.reply_in(data)
+
+    def append(self, claim: Claim, events: Sequence[tuple[str, Any]]) -> None:
+        self.client.call(
+            "POST",
+            f"/v1/sessions/{claim.session_id}/events",
+            json={
+                "claim": wire.claim_out(claim),
+                "events": [{"kind": kind, "data": data} for kind, data in events],
+            },
+        )
+
+    def next_due(self, request: ClaimRequest) -> float | None:
+        if self._session is None:
+            return None
+        path = f"/v1/sessions/{self._session}/next-due"
+        seconds = self.client.call("POST", path, json=wire.request_out(request))["seconds"]
+        return None if seconds is None else float(seconds)
+
+    def close(
+        self, session_id: str, *, started: Sequence[Claim] = (), lost: bool = False
+    ) -> list[int]:
+        data = self.client.call(
+            "POST",
+            f"/v1/sessions/{session_id}/close",
+            json={"started": [wire.claim_out(c) for c in started], "lost": lost},
+        )
+        return [int(i) for i in data["released"]]
+
+    def cut(self, reason: str) -> int:
+        return 0  # each call has its own deadline; nothing holds a connection to cut
+
+    def pipe(self) -> None:
+        return None
+
+    def close_client(self) -> None:
+        """Close the connections to the gateways (after the worker closed its session)."""
+        self.client.close()

@@ -1,0 +1,208 @@
+"""The producer's store through a gateway: ``plunder.App("https://host:8700", key=...)``.
+
+It offers what a producer and a reader use — enqueue, read, cancel, retry, runs, streams,
+published tasks — with waits done at the gateway (a result's long-poll, a stream's
+server-sent events). What needs the database itself (a worker's own operations, the
+janitor's, ``enqueue(conn=...)``) raises ConfigError naming what to use instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any, NoReturn
+
+from plunder import errors, wire
+from plunder.model import JobRecord, JobSpec, Run, StreamEvent, TaskInfo
+from plunder.states import is_terminal
+from plunder.store.http.client import Client, error_of
+
+MAX_BATCH = 10_000  # jobs per enqueue request
+RESULT_WAIT = 25.0  # seconds one long-poll for a result may last (a proxy may cut longer)
+
+
+class HttpStore:
+    """The producer's part of the Store protocol over a gateway (see the module)."""
+
+    dialect = "http"
+    notifies = False
+
+    def __init__(self, url: str, *, key: str | None = None, **options: Any) -> None:
+        key = key or os.environ.get("PLUNDER_KEY")
+        verify = options.pop("verify", True)
+        unknown = set(options) - _IGNORED
+        if unknown:
+            raise errors.ConfigError(
+                f"option(s) {', '.join(sorted(unknown))} do not apply to a gateway URL"
+            )
+        self.client = Client(url, key, verify=verify)
+        self.url = self.client.url
+
+    def __repr__(self) -> str:
+        return f"HttpStore({self.url!r})"
+
+    # -- what every store does -------------------------------------------------------------
+    def migrate(self) -> int:
+        return 0  # the gateway's database is the gateway's to migrate
+
+    def schema_check(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.client.close()
+
+    def now(self) -> datetime:
+        data = self.client.call("GET", "/v1/health")
+        return wire.time_in(data["database_time"])
+
+    # -- producers -------------------------------------------------------------------------
+    def job_enqueue_many(
+        self, specs: Sequence[JobSpec], *, conn: Any = None, now: Any = None
+    ) -> list[JobRecord]:
+        data = self._enqueue(specs, conn, now, records=True)
+        return [wire.job_in(j) for j in data["jobs"]]
+
+    def job_enqueue_ids(
+        self, specs: Sequence[JobSpec], *, conn: Any = None, now: Any = None
+    ) -> list[int]:
+        return [int(i) for i in self._enqueue(specs, conn, now, records=False)["ids"]]
+
+    def _enqueue(self, specs: Sequence[JobSpec], conn: Any, now: Any, *, records: bool) -> Any:
+        if conn is not None:
+            _needs_database("enqueue in a transaction of your own (conn=...)")
+        if now is not None:
+            raise errors.ConfigError("through a gateway the database's clock decides 'now'")
+        if len(specs) > MAX_BATCH:
+            raise errors.PayloadError(f"at most {MAX_BATCH} jobs per enqueue, got {len(specs)}")
+        body = {"jobs": [wire.spec_out(s) for s in specs], "records": records}
+        # an enqueue whose every job has a key is safe to send twice: the keys dedupe it
+        keyed = all(s.key is not None for s in specs)
+        return self.client.call("POST", "/v1/jobs", json=body, idempotent=keyed)
+
+    def job_get(self, job_id: int) -> JobRecord:
+        return wire.job_in(self.client.call("GET", f"/v1/jobs/{_id(job_id)}"))
+
+    def job_cancel(self, job_id: int, *, now: Any = None) -> JobRecord:
+        return wire.job_in(self.client.call("POST", f"/v1/jobs/{_id(job_id)}/cancel"))
+
+    def job_retry(self, job_id: int, *, now: Any = None) -> JobRecord:
+        return wire.job_in(self.client.call("POST", f"/v1/jobs/{_id(job_id)}/retry"))
+
+    def job_runs(self, job_id: int) -> list[Run]:
+        data = self.client.call("GET", f"/v1/jobs/{_id(job_id)}/runs")
+        return [wire.run_in(r) for r in data["runs"]]
+
+    def stream_read(self, job_id: int, *, after: int = 0, limit: int = 1000) -> list[StreamEvent]:
+        data = self.client.call(
+            "GET", f"/v1/jobs/{_id(job_id)}/events", params={"after": after, "limit": limit}
+        )
+        return [wire.event_in(e) for e in data["events"]]
+
+    def task_get(self, name: str) -> TaskInfo | None:
+        try:
+            return wire.task_info_in(self.client.call("GET", f"/v1/tasks/{name}"))
+        except errors.JobNotFound:  # the gateway's 404: no worker published it
+            return None
+
+    # -- waits at the gateway ----------------------------------------------------------------
+    def job_wait(self, job_id: int, timeout: float | None) -> JobRecord:
+        """The job once terminal (long-polls); TimeoutError if ``timeout`` passes first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = RESULT_WAIT if deadline is None else deadline - time.monotonic()
+            wait = max(0.0, min(RESULT_WAIT, left))
+            data = self.client.call(
+                "GET", f"/v1/jobs/{_id(job_id)}/result", params={"wait": wait}, wait=wait
+            )
+            record = wire.job_in(data)
+            if is_terminal(record.status):
+                return record
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} is still {record.status} after {timeout}s")
+
+    def job_stream(self, job_id: int, *, timeout: float | None = None) -> Iterator[StreamEvent]:
+        """The job's stream events as the gateway sends them (server-sent events), resumed
+        after the last one seen when the connection drops, until the job is terminal."""
+        started = time.monotonic()
+        last = 0
+        while True:
+            headers = {"Accept": "text/event-stream", "Last-Event-ID": str(last)}
+            try:
+                with self.client.stream(
+                    f"/v1/jobs/{_id(job_id)}/stream", headers=headers
+                ) as answer:
+                    if answer.status_code != 200:
+                        answer.read()
+                        raise _refusal(answer, self.url)
+                    for kind, seq, data in _sse(answer.iter_lines()):
+                        if kind == "end":
+                            return
+                        event = wire.event_in(data)
+                        if seq is not None:
+                            last = seq
+                        yield event
+                        if timeout is not None and time.monotonic() - started > timeout:
+                            raise TimeoutError(f"job {job_id} still running after {timeout}s")
+            except errors.PlunderError:
+                raise
+            except Exception as exc:  # the connection dropped: resume after the last event
+                if timeout is not None and time.monotonic() - started > timeout:
+                    raise TimeoutError(f"job {job_id} still running after {timeout}s") from exc
+                time.sleep(0.15)
+
+    # -- what needs the database -------------------------------------------------------------
+    def __getattr__(self, name: str) -> NoReturn:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        _needs_database(name)
+
+
+_IGNORED = frozenset(
+    {"pool_size", "application_name", "call_timeout", "idle_timeout", "statement_timeout",
+     "connect_timeout", "tcp_user_timeout", "busy_timeout"}
+)  # fmt: skip
+
+
+def _needs_database(what: str) -> NoReturn:
+    raise errors.ConfigError(
+        f"{what} needs the database itself, not a gateway: use a postgresql:// or "
+        "sqlite:/// URL for it"
+    )
+
+
+def _id(job_id: int) -> int:
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id < 1:
+        raise errors.JobNotFound(f"no job {job_id!r}")
+    return job_id
+
+
+def _refusal(answer: Any, url: str) -> Exception:
+    try:
+        data = json.loads(answer.text)
+    except ValueError:
+        data = None
+    return error_of(answer.status_code, data, url)
+
+
+def _sse(lines: Iterator[str]) -> Iterator[tuple[str, int | None, Any]]:
+    """Server-sent events as (event name, id or None, data decoded)."""
+    kind, seq, data = "message", None, []
+    for line in lines:
+        if not line:
+            if data:
+                yield kind, seq, json.loads("\n".join(data))
+            kind, seq, data = "message", None, []
+        elif line.startswith(":"):
+            continue
+        else:
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "event":
+                kind = value
+            elif name == "id" and value.isdigit():
+                seq = int(value)
+            elif name == "data":
+                data.append(value)

@@ -1,0 +1,130 @@
+"""The worker protocol over a real gateway process (plunder.store.http.HttpLink), on each
+backend: what the SQL store's link does, the gateway does the same."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from plunder import errors
+from plunder.model import Completion, JobSpec, TaskInfo
+from plunder.protocol import Beat, ClaimRequest, Hello
+from plunder.states import Status
+from plunder.store import Store
+from plunder.store.http import Client, HttpLink
+from tests.gateway.conftest import Keys
+from tests.support.gateway import Gateway
+
+TASKS = (TaskInfo("t.echo", "default", "thread", {}),)
+
+
+@pytest.fixture
+def links(gateway: Gateway) -> Iterator[Callable[[str], HttpLink]]:
+    made: list[HttpLink] = []
+
+    def make(key: str) -> HttpLink:
+        made.append(HttpLink(Client(gateway.url, key, busy_total=2.0)))
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.close_client()
+
+
+def hello() -> Hello:
+    return Hello("remote", "elsewhere", 7, ("default",), TASKS, expiry=5.0, free_slots=4)
+
+
+def claim(limit: int = 10, wait: float = 0.0) -> ClaimRequest:
+    return ClaimRequest(("default",), ("t.echo",), limit, True, wait)
+
+
+def enqueue(store: Store, count: int) -> list[int]:
+    return store.job_enqueue_ids([JobSpec("t.echo", [i]) for i in range(count)])
+
+
+def test_a_remote_worker_claims_and_completes_through_the_gateway(
+    links: Callable[[str], HttpLink], keys: Keys, store: Store
+) -> None:
+    ids = enqueue(store, 3)
+    remote = links(keys.worker)
+    session = remote.open(hello())
+    reply = remote.exchange(session.id, [], claim())
+    assert sorted(j.id for j in reply.claimed) == ids
+    assert all(j.status is Status.RUNNING and j.session_id == session.id for j in reply.claimed)
+    done = [Completion(j.claim, {"echo": j.args}) for j in reply.claimed]
+    answer = remote.exchange(session.id, done, None)
+    assert sorted(c.job_id for c in answer.completed.accepted) == ids
+    assert [store.job_get(i).result for i in ids] == [{"echo": [i]} for i in range(3)]
+    # the same outcomes sent again (a retried request) are acknowledged once
+    again = remote.exchange(session.id, done, None)
+    assert not again.completed.stale
+    assert [len(store.job_runs(i)) for i in ids] == [1, 1, 1]
+    assert remote.close(session.id) == []
+
+
+def test_a_claim_that_moved_on_is_refused_as_stale(
+    links: Callable[[str], HttpLink], keys: Keys, store: Store
+) -> None:
+    (job_id,) = enqueue(store, 1)
+    remote = links(keys.worker)
+    session = remote.open(hello())
+    (job,) = remote.exchange(session.id, [], claim()).claimed
+    store.job_cancel(job_id)
+    beat = remote.heartbeat(Beat(session.id, (job.claim,), 3))
+    assert beat.alive and beat.stop == (job.claim,)
+    answer = remote.exchange(session.id, [Completion(job.claim, "late")], None)
+    assert answer.completed.stale == (job.claim,)
+    assert store.job_get(job_id).status is Status.CANCELLED
+
+
+def test_a_closed_session_is_gone_for_its_worker(
+    links: Callable[[str], HttpLink], keys: Keys
+) -> None:
+    remote = links(keys.worker)
+    session = remote.open(hello())
+    remote.close(session.id)
+    with pytest.raises(errors.SessionGone):
+        remote.exchange(session.id, [], claim())
+    assert not remote.heartbeat(Beat(session.id)).alive
+
+
+def test_an_idle_exchange_waits_at_the_gateway_and_wakes_for_a_new_job(
+    links: Callable[[str], HttpLink], keys: Keys, store: Store
+) -> None:
+    remote = links(keys.worker)
+    session = remote.open(hello())
+    assert remote.exchange(session.id, [], claim(wait=0.3)).claimed == ()  # nothing: waited
+    enqueued: list[float] = []
+
+    def later() -> None:
+        time.sleep(1.5)
+        enqueued.append(time.monotonic())
+        enqueue(store, 1)
+
+    thread = threading.Thread(target=later)
+    thread.start()
+    reply = remote.exchange(session.id, [], claim(wait=20))
+    woke = time.monotonic()
+    thread.join()
+    assert len(reply.claimed) == 1
+    # woken by the gateway's own LISTEN / data_version, not by its once-a-second poll
+    assert woke - enqueued[0] < 0.9
+
+
+def test_stream_events_are_fenced_by_the_claim(
+    links: Callable[[str], HttpLink], keys: Keys, store: Store
+) -> None:
+    (job_id,) = enqueue(store, 1)
+    remote = links(keys.worker)
+    session = remote.open(hello())
+    (job,) = remote.exchange(session.id, [], claim()).claimed
+    remote.append(job.claim, [("chunk", "one"), ("progress", {"done": 1, "total": 2})])
+    assert [e.data for e in store.stream_read(job_id)] == ["one", {"done": 1, "total": 2}]
+    store.job_cancel(job_id)
+    with pytest.raises(errors.StaleClaim):
+        remote.append(job.claim, [("chunk", "late")])
+    assert len(store.stream_read(job_id)) == 2

@@ -10,15 +10,17 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from plunder import config, errors, payload
 from plunder.hub import Hub
 from plunder.model import JobRecord, JobSpec, Run, StreamEvent
 from plunder.states import Status, is_terminal
 from plunder.store import Store, open_store
-from plunder.store.http import HttpStore
 from plunder.task import Options, Registry, Task, make_task, published_options
+
+if TYPE_CHECKING:
+    from plunder.store.http import HttpStore
 
 
 class App:
@@ -284,8 +286,8 @@ class Job:
     def wait(self, timeout: float | None = None) -> JobRecord:
         """Wait until the job is terminal; TimeoutError when ``timeout`` passes first (the
         job keeps running). Woken by the hub; re-checks at least every poll interval."""
-        store = self.app.store
-        if isinstance(store, HttpStore):  # the gateway waits for it
+        store = _remote(self.app.store)
+        if store is not None:  # the gateway waits for it
             self._record = store.job_wait(self.id, timeout)
             return self._record
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -329,14 +331,14 @@ class Job:
         Each read is a short call on a thread and each wait an asyncio wait, so that the
         loop runs on meanwhile, and cancelling the consumer (or leaving the loop early)
         ends it at once, with no thread left waiting."""
-        store = self.app.store
-        if isinstance(store, HttpStore):  # the gateway follows it; each read on a thread
-            events = store.job_stream(self.id, timeout=timeout)
+        store = _remote(self.app.store)
+        if store is not None:  # the gateway follows it; each read on a thread
+            remote = store.job_stream(self.id, timeout=timeout)
             try:
-                while (event := await asyncio.to_thread(next, events, None)) is not None:
+                while (event := await asyncio.to_thread(next, remote, None)) is not None:
                     yield event
             finally:
-                await asyncio.to_thread(events.close)
+                await asyncio.to_thread(remote.close)
             return
         loop = asyncio.get_running_loop()
         woken = asyncio.Event()
@@ -350,7 +352,7 @@ class Job:
                 # closed: the consumer is gone, and unwatches in its finally
 
         reader = StreamReader(self)
-        unwatch = await asyncio.to_thread(self._watch, wake)
+        unwatch = await asyncio.to_thread(self.watch, wake)
         try:
             while True:
                 events = await asyncio.to_thread(reader.read)
@@ -374,8 +376,8 @@ class Job:
         before it belongs to an attempt that did not succeed. A stream that ends with
         events of an attempt other than the job's last (which streamed nothing) ends with
         that mark too."""
-        store = self.app.store
-        if isinstance(store, HttpStore):  # the gateway follows it
+        store = _remote(self.app.store)
+        if store is not None:  # the gateway follows it
             yield from store.job_stream(self.id, timeout=timeout)
             return
         reader = StreamReader(self)
@@ -404,6 +406,16 @@ class Job:
             unwatch_done()
 
         return unwatch
+
+
+def _remote(store: Store) -> HttpStore | None:
+    """The store, if it is a gateway's (imported only then: httpx is not needed else)."""
+    if store.dialect != "http":
+        return None
+    from plunder.store.http import HttpStore
+
+    assert isinstance(store, HttpStore)
+    return store
 
 
 class StreamReader:

@@ -73,7 +73,7 @@ class Fields:
     def strings(self, name: str, default: Any = _MISSING) -> tuple[str, ...]:
         values = self.take(name, list, default)
         if values is None or values is default:
-            return values  # type: ignore[no-any-return]
+            return values  # type: ignore[return-value]
         return tuple(_each(values, lambda v: _string(v, f"{self.what}: {name!r}"), self.what))
 
     def items(self, name: str, read: Callable[[Any], T], default: Any = _MISSING) -> list[T]:

@@ -51,9 +51,13 @@ def serve(
     pool_size: int,
 ) -> None:  # fmt: skip
     """Serve the gateway: workers and producers with an API key, no database URL."""
-    from plunder.gateway import serve as run
-
     with user_errors():
+        try:
+            from plunder.gateway import serve as run
+        except ImportError as exc:
+            raise errors.ConfigError(
+                f"the gateway needs its extra: pip install 'plunder[gateway]' ({exc})"
+            ) from exc
         _direct(state)
         if bool(tls_cert) != bool(tls_key):
             raise errors.ConfigError("--tls-cert and --tls-key go together")

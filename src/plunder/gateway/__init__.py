@@ -9,13 +9,17 @@ database with a small pool and one listening connection, however many they are.
 ```
 
 Stateless: any number of gateways serve one database behind a load balancer; what a
-request needs (its key, the session's owner) is in the database.
+request needs (its key, the session's owner) is in the database. Each takes part in the
+janitor's duty (remote workers do not), so that a dead remote worker's jobs are rescued.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,6 +31,7 @@ from starlette.routing import Route
 from plunder.app import App
 from plunder.gateway import openapi, producers, workers
 from plunder.gateway.server import MAX_BODY, Gateway, refusal
+from plunder.janitor import Janitor, own_store
 
 log = logging.getLogger("plunder.gateway")
 POOL_SIZE = 8  # the gateway's pooled connections (and one for its hub): ≤ 10 in all
@@ -43,8 +48,23 @@ def create_app(url: str, *, pool_size: int = POOL_SIZE, max_body: int = MAX_BODY
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        yield
-        app.close()
+        # remote workers run no janitor: the gateways take part in its duty (one of the
+        # fleet holds the lease), so that a dead remote worker's jobs are rescued
+        stop = threading.Event()
+        janitor = Janitor(
+            app.store,
+            app.settings,
+            holder=f"gateway:{socket.gethostname()}:{os.getpid()}",
+            own_store=own_store(app.store, app.settings, "plunder:gateway:janitor"),
+        )
+        thread = threading.Thread(target=janitor.run, args=(stop,), name="plunder-janitor")
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=10)
+            app.close()
 
     async def openapi_json(_: Request) -> JSONResponse:
         return JSONResponse(document)

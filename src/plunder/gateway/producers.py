@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -86,7 +86,7 @@ async def result(gateway: Gateway, request: Request) -> Response:
     loop = asyncio.get_running_loop()
     woken = asyncio.Event()
     deadline = loop.time() + wait
-    unwatch = gateway.app.hub.watch("done", record.id, lambda: loop.call_soon_threadsafe(woken.set))
+    unwatch = gateway.app.hub.watch("done", record.id, _waker(loop, woken))
     try:
         while not is_terminal(record.status):
             left = deadline - loop.time()
@@ -125,7 +125,7 @@ async def _events(
     loop = asyncio.get_running_loop()
     woken = asyncio.Event()
     reader = StreamReader(job, after=after)
-    unwatch = await run_in_threadpool(job.watch, lambda: loop.call_soon_threadsafe(woken.set))
+    unwatch = await run_in_threadpool(job.watch, _waker(loop, woken))
     checked = quiet_since = time.monotonic()
     try:
         while True:
@@ -234,3 +234,12 @@ def routes(gateway: Gateway) -> list[Route]:
         Route(path, handler(gateway, endpoint), methods=[method], name=endpoint.__name__)
         for path, method, endpoint in ROUTES
     ]
+
+
+def _waker(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> Callable[[], None]:
+    """A callback for the hub's thread that sets ``event`` on ``loop``."""
+
+    def wake() -> None:
+        loop.call_soon_threadsafe(event.set)
+
+    return wake

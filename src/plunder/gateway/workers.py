@@ -1,8 +1,9 @@
 """The worker protocol (plunder.protocol) over HTTP: a remote worker's session, heartbeats,
 exchanges and stream events, each bound to the key that opened the session.
 
-An exchange with nothing to claim waits (its claim request's ``wait`` seconds) for a wake-up from the
-gateway's own LISTEN (or SQLite's data_version) on the claim's queues, then claims again:
+An exchange with nothing to claim waits (its claim request's ``wait`` seconds) for a
+wake-up from the gateway's own LISTEN (or SQLite's data_version) on the claim's queues,
+then claims again:
 an idle remote worker hears of a new job in milliseconds, and the database is not polled
 for it.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -121,9 +123,7 @@ async def _long_poll(
     loop = asyncio.get_running_loop()
     woken = asyncio.Event()
     deadline = loop.time() + wait
-    unregister = gateway.app.hub.on_work(
-        list(claim.queues), lambda: loop.call_soon_threadsafe(woken.set)
-    )
+    unregister = gateway.app.hub.on_work(list(claim.queues), _waker(loop, woken))
     try:
         reply = await run_in_threadpool(gateway.link.exchange, session_id, outcomes, claim)
         while not reply.claimed:
@@ -199,3 +199,12 @@ def routes(gateway: Gateway) -> list[Route]:
         Route(path, handler(gateway, _ENDPOINTS[name]), methods=[method], name=name)
         for path, method, name in ROUTES
     ]
+
+
+def _waker(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> Callable[[], None]:
+    """A callback for the hub's thread that sets ``event`` on ``loop``."""
+
+    def wake() -> None:
+        loop.call_soon_threadsafe(event.set)
+
+    return wake

@@ -44,7 +44,7 @@ def open_store(url: str, **options: Any) -> Store:
     if scheme in ("http", "https"):  # a gateway (plunder serve), with an API key
         from plunder.store.http import HttpStore
 
-        return HttpStore(url, **options)  # type: ignore[return-value]
+        return HttpStore(url, **options)  # the producers' part of a Store
     raise errors.ConfigError(
         f"unsupported database URL scheme {scheme!r} in {url.split('://', 1)[0]}://…: "
         "use sqlite://, postgresql:// or a gateway's https://"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from datetime import datetime
 from typing import Any, NoReturn
 
@@ -123,7 +123,9 @@ class HttpStore:
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {job_id} is still {record.status} after {timeout}s")
 
-    def job_stream(self, job_id: int, *, timeout: float | None = None) -> Iterator[StreamEvent]:
+    def job_stream(
+        self, job_id: int, *, timeout: float | None = None
+    ) -> Generator[StreamEvent, None, None]:
         """The job's stream events as the gateway sends them (server-sent events), resumed
         after the last one seen when the connection drops, until the job is terminal."""
         started = time.monotonic()
@@ -189,12 +191,14 @@ def _refusal(answer: Any, url: str) -> Exception:
 
 def _sse(lines: Iterator[str]) -> Iterator[tuple[str, int | None, Any]]:
     """Server-sent events as (event name, id or None, data decoded)."""
-    kind, seq, data = "message", None, []
+    kind: str = "message"
+    seq: int | None = None
+    data: list[str] = []
     for line in lines:
         if not line:
             if data:
                 yield kind, seq, json.loads("\n".join(data))
-            kind, seq, data = "message", None, []
+            kind, seq, data = "message", None, []  # the next event
         elif line.startswith(":"):
             continue
         else:

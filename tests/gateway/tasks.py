@@ -1,0 +1,23 @@
+"""Tasks a remote worker process runs in the gateway tests (``-A tests.gateway.tasks:app``);
+its App has no database URL: PLUNDER_URL names the gateway."""
+
+from __future__ import annotations
+
+import time
+
+import plunder
+
+app = plunder.App()
+
+
+@app.task(name="words", queue="llm", retries=0)
+def words(ctx: plunder.Context, prompt: str) -> str:
+    for word in prompt.split():
+        ctx.stream(word)
+    return prompt.upper()
+
+
+@app.task(name="hold", queue="llm", retries=2)
+def hold(seconds: float) -> str:
+    time.sleep(seconds)
+    return "held"

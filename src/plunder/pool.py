@@ -229,7 +229,7 @@ class ProcessRunner:
         with self._lock:
             self._children.remove(child)
             handle, child.handle = child.handle, None
-        child.jobs.close()
+            child.jobs.close()  # under the lock: close() may be closing it too
         if handle is not None:
             info = ErrorInfo(
                 "plunder.ProcessDied",
@@ -286,7 +286,8 @@ class ProcessRunner:
         """Let every child go: each exits once its pipe closes; a busy one is killed."""
         with self._lock:
             children = list(self._children)
+            for child in children:  # under the lock: a child's watcher may close it too
+                child.jobs.close()
         for child in children:
-            child.jobs.close()
             if child.handle is not None:
                 child.process.kill()

@@ -20,7 +20,8 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from starlette.applications import Starlette
@@ -46,10 +47,30 @@ def create_app(url: str, *, pool_size: int = POOL_SIZE, max_body: int = MAX_BODY
     ]
     document = openapi.schema(table)
 
+    async def openapi_json(_: Request) -> JSONResponse:
+        return JSONResponse(document)
+
+    routes: list[Any] = [
+        *workers.routes(gateway),
+        *producers.routes(gateway),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
+    ]
+    starlette = Starlette(
+        routes=routes,
+        exception_handlers={404: _not_found, 405: _not_found, 500: _crashed},
+        lifespan=_lifespan(app),
+    )
+    starlette.state.gateway = gateway
+    return starlette
+
+
+def _lifespan(app: App) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
+    """The gateway's janitor while it serves: remote workers run none, so the gateways
+    take part in its duty (one of the fleet holds the lease) and a dead remote worker's
+    jobs are rescued; the database closed at the end."""
+
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        # remote workers run no janitor: the gateways take part in its duty (one of the
-        # fleet holds the lease), so that a dead remote worker's jobs are rescued
         stop = threading.Event()
         janitor = Janitor(
             app.store,
@@ -66,29 +87,17 @@ def create_app(url: str, *, pool_size: int = POOL_SIZE, max_body: int = MAX_BODY
             thread.join(timeout=10)
             app.close()
 
-    async def openapi_json(_: Request) -> JSONResponse:
-        return JSONResponse(document)
+    return lifespan
 
-    async def not_found(_: Request, exc: Exception) -> JSONResponse:
-        status = getattr(exc, "status_code", 404)
-        return refusal(status, "no such endpoint" if status == 404 else "method not allowed")
 
-    async def crashed(request: Request, exc: Exception) -> JSONResponse:
-        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-        return refusal(500, "the gateway failed; see its log", "GatewayError")
+async def _not_found(_: Request, exc: Exception) -> JSONResponse:
+    status = getattr(exc, "status_code", 404)
+    return refusal(status, "no such endpoint" if status == 404 else "method not allowed")
 
-    routes: list[Any] = [
-        *workers.routes(gateway),
-        *producers.routes(gateway),
-        Route("/openapi.json", openapi_json, methods=["GET"]),
-    ]
-    starlette = Starlette(
-        routes=routes,
-        exception_handlers={404: not_found, 405: not_found, 500: crashed},
-        lifespan=lifespan,
-    )
-    starlette.state.gateway = gateway
-    return starlette
+
+async def _crashed(request: Request, exc: Exception) -> JSONResponse:
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return refusal(500, "the gateway failed; see its log", "GatewayError")
 
 
 def serve(

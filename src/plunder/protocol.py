@@ -121,8 +121,9 @@ class WorkerProtocol(Protocol):
     ``StoreUnavailable`` for what may pass on a retry.
 
     ``long_polls``: an exchange that claims nothing waits at the far end until work
-    arrives (a gateway), so the worker claims again at once instead of waiting for a
-    wake-up of its own."""
+    arrives (a gateway), so an idle worker claims again at once instead of waiting for a
+    wake-up of its own; a worker with jobs running watches for work instead
+    (plunder.waker)."""
 
     long_polls: bool
 
@@ -137,6 +138,11 @@ class WorkerProtocol(Protocol):
     ) -> Reply: ...
 
     def append(self, claim: Claim, events: Sequence[tuple[str, Any]]) -> None: ...
+
+    def watch(self, session_id: str, queues: Sequence[str], wait: float) -> bool:
+        """Where ``long_polls``: wait up to ``wait`` seconds for work to arrive in
+        ``queues``; True when it may have (claims nothing). Elsewhere: True at once."""
+        ...
 
     def next_due(self, request: ClaimRequest) -> float | None: ...
 

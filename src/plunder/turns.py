@@ -44,10 +44,9 @@ MAX_DEPTH = 3  # turns in flight at most: with three shares the database has two
 ACK_LINGER = 0.002  # seconds a turn may wait for more results to send with it
 AHEAD_LINGER = 0.002  # seconds the next turn may wait for outcomes to free its slots
 AHEAD_POLL = 0.0005  # seconds between looks at the answer, while outcomes are awaited
-# Where the link long-polls (a gateway): how long an exchange that finds nothing to claim
-# waits there for work, with no job running, and with some (whose results wait meanwhile)
+# Where the link long-polls (a gateway): how long an idle worker's exchange that finds
+# nothing to claim waits there for work
 LONG_POLL = 10.0
-BUSY_POLL = 0.05
 
 
 class Turns:
@@ -158,9 +157,10 @@ class Turns:
     def request(self, limit: int, *, suspects: bool = True) -> ClaimRequest:
         """A claim of up to ``limit`` jobs of the worker's queues and tasks."""
         take_suspect = suspects and self.slots.may_take_suspect()
-        wait = 0.0
-        if self.link.long_polls and limit:  # results of jobs running now wait for it
-            wait = LONG_POLL if not self.slots.busy() else BUSY_POLL
+        # an idle worker's claim waits at a gateway for work; with jobs running it must
+        # not (their results would wait too): plunder.waker watches for work instead
+        idle = self.link.long_polls and limit and not self.slots.busy()
+        wait = LONG_POLL if idle else 0.0
         return ClaimRequest(tuple(self.queues), tuple(self.tasks), limit, take_suspect, wait)
 
     def exchange(self, done: list[Completion], failed: list[Failure], free: int) -> int:

@@ -48,6 +48,7 @@ from plunder.slots import Slots, Wake
 from plunder.store.base import Store
 from plunder.store.link import StoreLink
 from plunder.turns import MAX_DEPTH, Turns
+from plunder.waker import watch_loop
 
 log = logging.getLogger("plunder.worker")
 RECONNECT_CAP = policy.RECONNECT_CAP
@@ -278,6 +279,11 @@ class Worker:
                 own_store=own_store(self.store, self.settings, f"{self._app_name}:janitor"),
             )
             self._services.append(self._thread("janitor", lambda: janitor.run(self._services_stop)))
+        if self.link.long_polls:  # wake-ups from the gateway while jobs run
+            watch = (self.link, self._slots, self.queues, lambda: self.session)
+            self._services.append(
+                self._thread("waker", lambda: watch_loop(*watch, self._services_stop))
+            )
         for thread in self._services:
             thread.start()
 
@@ -338,7 +344,7 @@ class Worker:
         next due delayed job (database clock) or the next task deadline."""
         wait = self.settings.poll_interval
         free = self._slots.busy() < self.options.concurrency and not self._stop.is_set()
-        if free and self.link.long_polls:
+        if free and self.link.long_polls and not self._slots.busy():
             return 0.0  # the exchange itself waits for work, at the far end
         if free:
             try:

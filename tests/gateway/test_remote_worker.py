@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,3 +93,27 @@ def test_a_remote_worker_has_no_database_url(gateway: Gateway, keys: Keys, tmp_p
     env = env_without_database()
     assert not any(v.startswith(("postgresql:", "sqlite:")) for v in env.values())
     assert "PLUNDER_URL" not in env and os.environ.get("PLUNDER_URL") != gateway.url
+
+
+def test_a_busy_remote_worker_takes_new_work_and_reports_results_at_once(
+    gateway: Gateway, keys: Keys, store: Store, producer: plunder.App, tmp_path: Path
+) -> None:
+    log = tmp_path / "worker.log"
+    worker = remote_worker(gateway, keys.gpu_worker, log, "-c", "2")
+    try:
+        serving(store, 1)
+        long = producer.enqueue("hold", [4.0])
+        wait_for(lambda: long.refresh().status is Status.RUNNING, timeout=30, what="a start")
+        time.sleep(0.3)  # the worker is busy, one slot free, nothing else to claim
+        begun = time.monotonic()
+        short = producer.enqueue("words", ["quick"])
+        assert short.result(timeout=30) == "QUICK"
+        # woken by the gateway (plunder.waker), not by the poll interval (1 s); its result
+        # written at once, not after a wait for work
+        assert time.monotonic() - begun < 0.6
+        assert long.refresh().status is Status.RUNNING
+        assert long.result(timeout=30) == "held"
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    assert "Traceback" not in log.read_text()

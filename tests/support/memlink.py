@@ -138,6 +138,9 @@ class MemoryLink:
                 raise errors.StaleClaim(f"job {claim.job_id}: the claim is no longer current")
             self.events += [(claim, kind, data) for kind, data in events]
 
+    def watch(self, session_id: str, queues: Sequence[str], wait: float) -> bool:
+        return True  # never asked: it does not long-poll
+
     def next_due(self, request: ClaimRequest) -> float | None:
         with self._lock:
             pending = [j for j in self.jobs.values() if self._claimable(j, request)]

@@ -20,6 +20,7 @@ KEY_TTL = 1.0  # seconds a key read from the database is trusted without reading
 FAILURES_ALLOWED = 10  # failed authentications per address within FAILURE_WINDOW
 FAILURE_WINDOW = 60.0
 MAX_ADDRESSES = 10_000  # addresses whose failures are counted at once (the oldest go first)
+MAX_KEYS = 10_000  # keys held in the cache at once (then it starts afresh)
 
 
 class Refused(Exception):
@@ -76,7 +77,7 @@ class Keys:
             return cached.key
         key = self.store.key_get(key_id)
         with self._lock:
-            if len(self._cache) > MAX_ADDRESSES:
+            if len(self._cache) > MAX_KEYS:
                 self._cache.clear()
             self._cache[key_id] = _Cached(key, now)
         return key

@@ -69,6 +69,9 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
             "items": _object(["kind"], kind={"enum": ["chunk", "progress"]}, data=_ANY),
         },
     ),
+    ("/v1/sessions/{session_id}/watch", "post"): _object(
+        ["queues", "wait"], queues=_STRS, wait={"type": "number", "minimum": 0, "maximum": 60}
+    ),
     ("/v1/sessions/{session_id}/next-due", "post"): _REQUEST,
     ("/v1/sessions/{session_id}/close", "post"): _object(
         [], started={"type": "array", "items": _CLAIM}, lost=_BOOL
@@ -82,6 +85,7 @@ SUMMARIES = {
     "heartbeat": "Renew a session: running claims in, claims to stop out",
     "exchange": "Outcomes in, jobs out; a claim's wait long-polls for work",
     "append": "Append stream events and progress of a claim (fenced)",
+    "watch": "Wait for work in some queues (claims nothing)",
     "next_due": "Seconds until the next delayed job of a claim request is due",
     "close": "Close a session; its unstarted jobs go back",
     "enqueue": "Enqueue jobs (one transaction)",

@@ -53,7 +53,6 @@ _STATUS: list[tuple[type[BaseException], int]] = [
     (errors.StaleClaim, 409),
     (wire.WireError, 400),
     (ValueError, 400),
-    (TypeError, 400),
 ]
 
 

@@ -24,6 +24,7 @@ from plunder import wire
 from plunder.access import ApiKey
 from plunder.gateway.auth import Refused
 from plunder.gateway.server import (
+    MAX_WAIT,
     Gateway,
     body,
     handler,
@@ -37,6 +38,7 @@ ROUTES = [
     ("/v1/sessions/{session_id}/heartbeat", "POST", "heartbeat"),
     ("/v1/sessions/{session_id}/exchange", "POST", "exchange"),
     ("/v1/sessions/{session_id}/events", "POST", "append"),
+    ("/v1/sessions/{session_id}/watch", "POST", "watch"),
     ("/v1/sessions/{session_id}/next-due", "POST", "next_due"),
     ("/v1/sessions/{session_id}/close", "POST", "close"),
 ]
@@ -161,6 +163,32 @@ def _event_in(data: Any) -> tuple[str, Any]:
     return kind, value
 
 
+async def watch(gateway: Gateway, request: Request) -> Response:
+    """Wait (``wait`` seconds at most) for a wake-up on these queues; claims nothing. For
+    a worker with jobs running, whose exchanges must not wait (plunder.waker)."""
+    key, _, data = await _session(gateway, request)
+    fields = wire.Fields(data, "a watch")
+    queues = list(fields.strings("queues"))
+    wait = fields.take("wait", float)
+    fields.done()
+    if not queues or not 0 <= wait <= MAX_WAIT:
+        raise Refused(400, f"a watch names its queues and waits 0 to {MAX_WAIT:g} seconds")
+    await gateway.require_queues(key, queues)
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+    unregister = gateway.app.hub.on_work(queues, _waker(loop, woken))
+    try:
+        deadline = loop.time() + wait
+        while not woken.is_set() and loop.time() < deadline:
+            if await request.is_disconnected():
+                break
+            with contextlib.suppress(TimeoutError):  # a look at the client now and then
+                await asyncio.wait_for(woken.wait(), min(1.0, deadline - loop.time()))
+    finally:
+        unregister()
+    return JSONResponse({"work": woken.is_set()})
+
+
 async def next_due(gateway: Gateway, request: Request) -> Response:
     key, _, data = await _session(gateway, request)
     claim = wire.request_in(data)
@@ -189,6 +217,7 @@ _ENDPOINTS = {
     "heartbeat": heartbeat,
     "exchange": exchange,
     "append": append,
+    "watch": watch,
     "next_due": next_due,
     "close": close,
 }

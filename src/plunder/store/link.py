@@ -81,6 +81,9 @@ class StoreLink:
     def append(self, claim: Claim, events: Sequence[tuple[str, Any]]) -> None:
         self.store.stream_append(claim, events)
 
+    def watch(self, session_id: str, queues: Sequence[str], wait: float) -> bool:
+        return True  # never asked: the worker's hub wakes it
+
     def next_due(self, request: ClaimRequest) -> float | None:
         return self.store.job_next_due(queues=request.queues, tasks=request.tasks)
 

@@ -130,6 +130,11 @@ class Client:
         for i in itertools.islice(itertools.count(first), count):
             yield i % count, self.urls[i % count]
 
+    def rotate(self) -> None:
+        """The preferred gateway failed a stream: prefer the next one."""
+        with self._lock:
+            self._preferred = (self._preferred + 1) % len(self.urls)
+
     def stream(self, path: str, *, headers: dict[str, str]) -> Any:
         """A streamed GET (server-sent events) on the preferred gateway: httpx's stream
         context manager, the caller reads its lines."""

@@ -62,6 +62,15 @@ class HttpLink:
             },
         )
 
+    def watch(self, session_id: str, queues: Sequence[str], wait: float) -> bool:
+        data = self.client.call(
+            "POST",
+            f"/v1/sessions/{session_id}/watch",
+            json={"queues": list(queues), "wait": wait},
+            wait=wait,
+        )
+        return bool(data["work"])
+
     def next_due(self, request: ClaimRequest) -> float | None:
         if self._session is None:
             return None

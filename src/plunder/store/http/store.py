@@ -15,7 +15,9 @@ from collections.abc import Generator, Iterator, Sequence
 from datetime import datetime
 from typing import Any, NoReturn
 
-from plunder import errors, wire
+import httpx
+
+from plunder import errors, policy, wire
 from plunder.model import JobRecord, JobSpec, Run, StreamEvent, TaskInfo
 from plunder.states import is_terminal
 from plunder.store.http.client import Client, error_of
@@ -72,7 +74,7 @@ class HttpStore:
 
     def _enqueue(self, specs: Sequence[JobSpec], conn: Any, now: Any, *, records: bool) -> Any:
         if conn is not None:
-            _needs_database("enqueue in a transaction of your own (conn=...)")
+            raise NeedsDatabase(_needs_database("enqueue in a transaction of your own (conn=...)"))
         if now is not None:
             raise errors.ConfigError("through a gateway the database's clock decides 'now'")
         if len(specs) > MAX_BATCH:
@@ -148,18 +150,22 @@ class HttpStore:
                         yield event
                         if timeout is not None and time.monotonic() - started > timeout:
                             raise TimeoutError(f"job {job_id} still running after {timeout}s")
-            except errors.PlunderError:
-                raise
-            except Exception as exc:  # the connection dropped: resume after the last event
-                if timeout is not None and time.monotonic() - started > timeout:
+            except httpx.TransportError as exc:  # dropped: resume after the last event,
+                if timeout is not None and time.monotonic() - started > timeout:  # elsewhere
                     raise TimeoutError(f"job {job_id} still running after {timeout}s") from exc
-                time.sleep(0.15)
+                self.client.rotate()
+                time.sleep(policy.BUSY_INTERVAL)
 
     # -- what needs the database -------------------------------------------------------------
     def __getattr__(self, name: str) -> NoReturn:
         if name.startswith("_"):
             raise AttributeError(name)
-        _needs_database(name)
+        raise NeedsDatabase(_needs_database(name))
+
+
+class NeedsDatabase(errors.ConfigError, AttributeError):
+    """A store operation that a gateway does not offer (an AttributeError too, so that
+    ``hasattr`` and ``getattr(store, name, default)`` see it as absent)."""
 
 
 _IGNORED = frozenset(
@@ -168,8 +174,8 @@ _IGNORED = frozenset(
 )  # fmt: skip
 
 
-def _needs_database(what: str) -> NoReturn:
-    raise errors.ConfigError(
+def _needs_database(what: str) -> str:
+    return (
         f"{what} needs the database itself, not a gateway: use a postgresql:// or "
         "sqlite:/// URL for it"
     )

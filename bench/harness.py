@@ -29,6 +29,8 @@ Scenarios:
   9 cost as the fleet grows: 1, 2, 4, 8 and 16 idle workers (-c 50 each), then 100,000
     no-op jobs in batches of 1,000: drain rate, idle CPU and connections per process.
     Long (minutes): run only when named, ``--scenarios 9``
+ 10 the gateway (plunder_gw): 200 idle remote sessions on one gateway, its database
+    connections and its memory per session (scenarios 2-4 run through it too)
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ MEASUREMENTS: dict[str, tuple[str, dict[str, Any]]] = {
     "depth_large": ("depth", {"deep": "large"}),
     "pool": ("pool", {}),
     "first_line": ("first_line", {}),
+    "drain_2gw": ("drain_gateways", {"workers": 2}),
+    "sessions": ("sessions", {}),
     **{f"fleet_{n}": ("fleet", {"workers": n}) for n in (1, 2, 4, 8, 16)},
 }
 PG_SCENARIOS = {
@@ -131,6 +135,20 @@ SYSTEMS = {
             "instead of 3; the default before turns were sent ahead)",
             extra=(("worker_args", SERIAL.split()),),
         ),
+        System(
+            "plunder_gw",
+            "pg",
+            False,
+            {
+                "2": ["drain_1"],
+                "3": ["drain_2", "drain_2gw"],
+                "4": ["first_line"],
+                "10": ["sessions"],
+            },
+            "through `plunder serve` (pool of 8): remote workers `-c 300` with a worker key "
+            "and no database URL (one exchange at a time); scenario 4's producer through "
+            "the gateway too; scenario 10: 200 idle remote sessions on one gateway",
+        ),  # fmt: skip
         System(
             "raw_pg",
             "pg",

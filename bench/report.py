@@ -23,18 +23,25 @@ MEDIAN_KEYS = (
     "conns_drain",
     "conns_idle_mean",
     "conns_drain_mean",
+    "connections",
+    "live",
+    "rss_before_mib",
+    "rss_with_mib",
+    "kib_per_session",
 )
 COLUMNS = [
     ("enqueue", "enqueue (jobs/s)"),
     ("drain_1", "drain, 1 proc (jobs/s)"),
     ("drain_2", "drain, 2 procs (jobs/s)"),
     ("drain_4", "drain, 4 procs (jobs/s)"),
+    ("drain_2gw", "drain, 2 procs, 2 gateways (jobs/s)"),
     ("first_line", "enqueue call→task's first line p50/p95/p99 (ms)"),
     ("latency", "enqueue→start, database stamps p50/p95/p99 (ms)"),
     ("rescue", "kill→rescue (s)"),
     ("depth_small", "drain on small depth (jobs/s)"),
     ("depth_large", "drain on large depth (jobs/s)"),
     ("pool", "1,000 no-ops, -c 8 (jobs/s)"),
+    ("sessions", "200 idle remote sessions: gateway's connections, memory each"),
 ]
 LATENCIES = ("latency", "first_line")
 FLEET_PREFIX = "fleet_"  # fleet_1 … fleet_16: scenario 9, one measurement per process count
@@ -91,6 +98,8 @@ def cell(m: dict[str, Any] | None, measurement: str) -> str:
         return f"{m['p50']:.1f} / {m['p95']:.1f} / {m['p99']:.1f}"
     if measurement == "rescue":
         return f"{m['seconds']:.1f}"
+    if measurement == "sessions":
+        return f"{m['connections']:.0f} conns, {m['kib_per_session']:.0f} KiB each"
     return f"{m['rate']:,.0f}"
 
 
@@ -239,6 +248,7 @@ def targets(medians: dict[str, dict[str, Any]], variants: dict[str, str]) -> lis
     _latency(goals)
     _depth_and_sqlite(goals)
     _fleet(goals)
+    _gateway(goals)
     return goals.rows
 
 
@@ -323,3 +333,26 @@ def _fleet(goals: Goals) -> None:
     goals.check(
         "fleet: ≤ 3 connections per worker (most, any count)", held, 3.0, "conns", higher=False
     )
+
+
+def _gateway(goals: Goals) -> None:
+    """Through the gateway (plunder_gw), against the direct path in the same run."""
+    get = goals.get
+    goals.ratio(
+        "gateway: remote drain (1 proc, 1 gateway) ≥ 0.5× direct",
+        get("plunder_gw", "drain_1"),
+        get("plunder_pg", "drain_1"),
+        0.5,
+    )
+    goals.ratio(
+        "gateway: 2 procs through 2 gateways > 1.0× through 1",
+        get("plunder_gw", "drain_2gw"),
+        get("plunder_gw", "drain_2"),
+        1.0,
+    )
+    for key, goal in (("p50", 5.0), ("p99", 15.0)):
+        name = f"gateway: enqueue call→task's first line {key} ≤ {goal:g} ms"
+        goals.check(name, get("plunder_gw", "first_line", key), goal, "ms", higher=False)
+    connections = get("plunder_gw", "sessions", "connections")
+    goals.check("gateway: 200 sessions on ≤ 10 connections", connections, 10.0, "conns",
+                higher=False)  # fmt: skip

@@ -20,6 +20,7 @@ MODULES = {
     "plunder_pg_serial": "bench.systems.plunder",
     "plunder_pg_process": "bench.systems.plunder",
     "plunder_sqlite": "bench.systems.plunder",
+    "plunder_gw": "bench.systems.plunder_gateway",
     "raw_pg": "bench.systems.raw_pg",
     "raw_sqlite": "bench.systems.raw_sqlite",
     "pgqueuer": "bench.systems.pgqueuer",

@@ -176,3 +176,23 @@ def test_the_fleet_targets_compare_each_count_with_the_best() -> None:
     medians["plunder_pg"]["fleet_2"] |= {"idle_cpu_max": 1.0, "conns_drain": 4}
     rows = {row["target"]: row for row in report.targets(medians, {})}
     assert [r["met"] for n, r in rows.items() if n.startswith("fleet:")][-2:] == [False, False]
+
+
+@pytest.mark.alone  # gateways and remote workers beside a PostgreSQL cluster
+@pytest.mark.timeout(240)
+def test_bench_measures_the_gateway(tmp_path: Path) -> None:
+    lines: list[str] = []
+    options = tiny_run(tmp_path, lines)
+    options.systems = ["plunder_gw"]
+    options.extra["sessions"] = 20
+    assert harness.main(options) == 0
+    medians = json.loads((tmp_path / "bench.json").read_text())["medians"]["plunder_gw"]
+    for measurement in ("drain_1", "drain_2", "drain_2gw"):
+        assert "error" not in medians[measurement], (measurement, medians, lines)
+        assert medians[measurement]["rate"] > 0
+    latency = medians["first_line"]
+    assert "error" not in latency, (latency, lines)
+    assert 0 <= latency["p50"] <= latency["p95"] <= latency["p99"]
+    sessions = medians["sessions"]
+    assert "error" not in sessions, (sessions, lines)
+    assert sessions["live"] == 20 and 1 <= sessions["connections"] <= 10

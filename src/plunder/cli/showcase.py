@@ -44,7 +44,7 @@ def demo(state: State, workers: int, job_count: int, as_json: bool) -> None:
 @click.option(
     "--scenarios",
     default=None,
-    help="Comma-separated scenario numbers 1-9 (9, the fleet, runs only when named).",
+    help="Comma-separated scenario numbers 1-10 (9, the fleet, runs only when named).",
 )
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def bench(

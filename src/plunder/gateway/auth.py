@@ -33,6 +33,10 @@ class Refused(Exception):
         self.retry_after = retry_after
 
 
+class MustRead(Exception):
+    """What a check needs is not known recently enough: it must read the database."""
+
+
 @dataclass
 class _Cached:
     key: ApiKey | None
@@ -50,31 +54,30 @@ class Keys:
         self._failures: OrderedDict[str, list[float]] = OrderedDict()
         self._clock: tuple[datetime, float] | None = None  # the database's, and when read
 
-    def check(self, header: str | None, address: str) -> ApiKey:
+    def check(self, header: str | None, address: str, *, read: bool = True) -> ApiKey:
         """The key of an ``Authorization`` header, usable now; Refused (401, or 429 for an
-        address that failed too often) otherwise. Called from a worker thread."""
+        address that failed too often) otherwise. ``read=False`` (on the event loop):
+        MustRead instead of reading the database, where what is known is too old."""
         self._throttle(address)
         secret = _bearer(header)
         key_id = access.key_id_of(secret) if secret else None
-        key = self._key(key_id) if key_id else None
+        key = self._key(key_id, read) if key_id else None
         if secret is None or key is None or not access.matches(secret, key):
             self._failed(address)
             raise Refused(401, "a valid API key is required (Authorization: Bearer plk_…)")
-        if not key.usable(self._now()):
+        if not key.usable(self._now(read)):
             self._failed(address)
             raise Refused(401, "this API key is revoked or expired")
         return key
 
-    def forget(self, key_id: str) -> None:
-        with self._lock:
-            self._cache.pop(key_id, None)
-
-    def _key(self, key_id: str) -> ApiKey | None:
+    def _key(self, key_id: str, read: bool) -> ApiKey | None:
         now = time.monotonic()
         with self._lock:
             cached = self._cache.get(key_id)
         if cached is not None and now - cached.read_at < self.ttl:
             return cached.key
+        if not read:
+            raise MustRead
         key = self.store.key_get(key_id)
         with self._lock:
             if len(self._cache) > MAX_KEYS:
@@ -82,12 +85,14 @@ class Keys:
             self._cache[key_id] = _Cached(key, now)
         return key
 
-    def _now(self) -> datetime:
+    def _now(self, read: bool) -> datetime:
         """The database's clock (it decides expiry), read at most once per ``ttl``."""
         with self._lock:
             clock = self._clock
         if clock is not None and time.monotonic() - clock[1] < self.ttl:
             return clock[0] + timedelta(seconds=time.monotonic() - clock[1])
+        if not read:
+            raise MustRead
         now = self.store.now()
         with self._lock:
             self._clock = (now, time.monotonic())

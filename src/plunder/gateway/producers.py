@@ -44,8 +44,7 @@ MAX_LIST = 1000
 async def _job(gateway: Gateway, key: ApiKey, job_id: int) -> JobRecord:
     """The job, if ``key`` may see it; JobNotFound otherwise (either way the same)."""
     record = await run_in_threadpool(gateway.store.job_get, job_id)
-    groups = await run_in_threadpool(gateway.groups)
-    if not key.serves(record.queue, groups):
+    if not key.serves(record.queue, await gateway.known_groups()):
         raise errors.JobNotFound(f"no job {job_id}")
     return record
 

@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from plunder import errors, payload, wire
 from plunder.access import ApiKey
 from plunder.app import App
-from plunder.gateway.auth import KEY_TTL, Keys, Refused, require, require_queues
+from plunder.gateway.auth import KEY_TTL, Keys, MustRead, Refused, require, require_queues
 from plunder.store.base import Store
 from plunder.store.link import StoreLink
 
@@ -70,21 +70,30 @@ class Gateway:
         self._groups: tuple[dict[str, str], float] | None = None  # and when read
         self._lock = threading.Lock()
 
-    def groups(self) -> dict[str, str]:
+    def groups(self, *, read: bool = True) -> dict[str, str]:
         """The queues of groups other than the default one (see plunder.access), read
-        again at most once per KEY_TTL: a key made for a new group is in use at once."""
+        again at most once per KEY_TTL: a key made for a new group is in use at once.
+        ``read=False`` (on the event loop): MustRead where that would read."""
         with self._lock:
             cached = self._groups
         if cached is not None and time.monotonic() - cached[1] < KEY_TTL:
             return cached[0]
+        if not read:
+            raise MustRead
         groups = self.store.queue_groups()
         with self._lock:
             self._groups = (groups, time.monotonic())
         return groups
 
     async def require_queues(self, key: ApiKey, queues: Sequence[str]) -> None:
-        groups = await run_in_threadpool(self.groups)
-        require_queues(key, list(queues), groups)
+        require_queues(key, list(queues), await self.known_groups())
+
+    async def known_groups(self) -> dict[str, str]:
+        """``groups()``, on the event loop while recent, else read on a worker thread."""
+        try:
+            return self.groups(read=False)
+        except MustRead:
+            return await run_in_threadpool(self.groups)
 
     def remember(self, session_id: str, key_id: str) -> None:
         with self._lock:
@@ -108,7 +117,11 @@ class Gateway:
 async def key_of(gateway: Gateway, request: Request, action: str) -> ApiKey:
     """The request's key, allowed ``action`` (see ApiKey.may); Refused otherwise."""
     address = request.client.host if request.client else "?"
-    key = await run_in_threadpool(gateway.keys.check, request.headers.get("authorization"), address)
+    header = request.headers.get("authorization")
+    try:  # mostly known already: no thread, no database
+        key = gateway.keys.check(header, address, read=False)
+    except MustRead:
+        key = await run_in_threadpool(gateway.keys.check, header, address)
     require(key, action)
     return key
 

@@ -148,7 +148,7 @@ SYSTEMS = {
             "through `plunder serve` (pool of 8): remote workers `-c 300` with a worker key "
             "and no database URL (one exchange at a time); scenario 4's producer through "
             "the gateway too; scenario 10: 200 idle remote sessions on one gateway",
-        ),  # fmt: skip
+        ),
         System(
             "raw_pg",
             "pg",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -129,8 +128,8 @@ def main() -> None:
     finally:
         cluster.destroy()
     print(
-        f"| backend | enqueue→start p50 / p95 / p99 (ms) | result notification p50 / p95 / "
-        f"p99 (ms) |"
+        "| backend | enqueue→start p50 / p95 / p99 (ms) | result notification p50 / p95 / "
+        "p99 (ms) |"
     )
     print("|---|---|---|")
     for name, result in rows:

@@ -158,7 +158,7 @@ def sessions(p: Params) -> dict[str, Any]:
     """``p.sessions`` idle remote sessions through one gateway: its connections to the
     database (pg_stat_activity) and its memory (RSS) before and with them."""
     from plunder.model import TaskInfo
-    from plunder.protocol import Beat, ClaimRequest, Hello
+    from plunder.protocol import ClaimRequest, Hello
     from plunder.store.http import Client, HttpLink
 
     count = int(p.extra.get("sessions", 200))

@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 
 from plunder import errors
 from plunder.model import (
-    AckResult,
     Claim,
     Completion,
     ErrorInfo,
@@ -28,7 +27,7 @@ from plunder.model import (
     StreamEvent,
     TaskInfo,
 )
-from plunder.protocol import Beat, ClaimRequest, Hello, Outcome, Release, Reply
+from plunder.protocol import Beat, ClaimRequest, Hello, Outcome, Release
 from plunder.states import Outcome as RunOutcome
 from plunder.states import Status
 
@@ -342,39 +341,6 @@ def _enum(kind: Callable[[str], T], value: str, what: str) -> T:
         return kind(value)
     except ValueError:
         raise WireError(f"{what}: unknown value {value!r}") from None
-
-
-def ack_out(ack: AckResult) -> dict[str, Any]:
-    return {"accepted": [claim_out(c) for c in ack.accepted],
-            "stale": [claim_out(c) for c in ack.stale]}  # fmt: skip
-
-
-def ack_in(data: Any) -> AckResult:
-    f = Fields(data, "an acknowledgement")
-    ack = AckResult(tuple(f.items("accepted", claim_in)), tuple(f.items("stale", claim_in)))
-    f.done()
-    return ack
-
-
-def reply_out(reply: Reply) -> dict[str, Any]:
-    return {
-        "completed": ack_out(reply.completed),
-        "failed": ack_out(reply.failed),
-        "released": ack_out(reply.released),
-        "claimed": [job_out(j) for j in reply.claimed],
-    }
-
-
-def reply_in(data: Any) -> Reply:
-    f = Fields(data, "an exchange's answer")
-    reply = Reply(
-        ack_in(f.take("completed", dict)),
-        ack_in(f.take("failed", dict)),
-        ack_in(f.take("released", dict)),
-        tuple(f.items("claimed", job_in)),
-    )
-    f.done()
-    return reply
 
 
 # -- the producer's records --------------------------------------------------------------------

@@ -65,9 +65,11 @@ def test_a_session_speaks_only_for_the_key_that_opened_it(
     (job_id,) = store.job_enqueue_ids([JobSpec("t.echo", [1])])
     with client(gateway, keys.worker) as owner:
         session = open_session(owner)
-        (job,) = owner.post(f"/v1/sessions/{session}/exchange", json=CLAIM).json()["claimed"]
-    claim = {"job_id": job_id, "attempt": job["attempt"], "session_id": session}
-    done = {"outcomes": [{"kind": "completion", "claim": claim, "result": "forged"}]}
+        jobs = owner.post(f"/v1/sessions/{session}/exchange", json=CLAIM).json()["jobs"]
+        job_columns, (job,) = jobs["columns"], jobs["rows"]
+    attempt = job[job_columns.index("attempt")]
+    claim = {"job_id": job_id, "attempt": attempt, "session_id": session}
+    done = {"done": [[job_id, attempt, "forged", []]]}
     other = store.key_create(role="worker")[1]
     for key in (other, keys.admin):  # the right ids, another key
         with client(gateway, key) as thief:
@@ -81,9 +83,10 @@ def test_a_session_speaks_only_for_the_key_that_opened_it(
                 ),
                 404,
             )
-            # its own session, naming the other's claim
+            # its own session: the claim it names is its own session's, which is not current
             mine = open_session(thief)
-            refused(thief.post(f"/v1/sessions/{mine}/exchange", json=done), 403)
+            answer = thief.post(f"/v1/sessions/{mine}/exchange", json=done).json()
+            assert answer["completed"] == {"accepted": [], "stale": [[job_id, attempt]]}
     assert store.job_get(job_id).status is Status.RUNNING
     assert store.stream_read(job_id) == []
 
@@ -97,8 +100,8 @@ def test_a_group_owns_its_queues(gateway: Gateway, keys: Keys, store: Store) -> 
         session = open_session(gpu, gpu_hello)
         refused(gpu.post(f"/v1/sessions/{session}/exchange", json=CLAIM), 403)
         llm = {"claim": {"queues": ["llm"], "tasks": ["t.gen"], "limit": 5}}
-        claimed = gpu.post(f"/v1/sessions/{session}/exchange", json=llm).json()["claimed"]
-        assert [j["id"] for j in claimed] == [llm_job]
+        claimed = gpu.post(f"/v1/sessions/{session}/exchange", json=llm).json()["jobs"]["rows"]
+        assert [row[0] for row in claimed] == [llm_job]
     with client(gateway, keys.worker) as plain:
         refused(plain.post("/v1/sessions", json=gpu_hello), 403)  # the gpu group's queue
     with client(gateway, keys.gpu_producer) as gpu:

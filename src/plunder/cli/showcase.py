@@ -18,14 +18,27 @@ CHECKOUT = Path(__file__).resolve().parents[3]  # src/plunder/cli/ in a source c
 @click.command()
 @click.option("--workers", type=click.IntRange(2, 16), default=3, show_default=True)
 @click.option("--jobs", "job_count", type=click.IntRange(20, 5000), default=300, show_default=True)
+@click.option(
+    "--gateway",
+    is_flag=True,
+    help="Through a gateway: remote workers with keys of two groups, no database URL.",
+)
 @json_option
 @pass_state
-def demo(state: State, workers: int, job_count: int, as_json: bool) -> None:
+def demo(state: State, workers: int, job_count: int, gateway: bool, as_json: bool) -> None:
     """Watch work stealing: workers, a crash, a rescue. Uses a temporary SQLite file unless
     --db is given."""
     from plunder import demo as demo_module
 
     with user_errors():
+        if gateway:
+            from plunder import demo_gateway
+
+            url = state.url if state.explicit else None
+            result = demo_gateway.run(url, console=out, quiet=as_json)
+            if as_json:
+                emit_json(result)
+            return
         summary = demo_module.run(
             state.url if state.explicit else None,
             workers=workers,

@@ -29,16 +29,9 @@ _REQUEST = _object(["queues", "tasks", "limit"], queues=_STRS, tasks=_STRS,
                    take_suspect=_BOOL,
                    wait={"type": "number", "minimum": 0, "maximum": 60})  # fmt: skip
 _ERROR = _object(["type", "message"], type=_STR, message=_STR, traceback=_STR)
-_OUTCOME = {
-    "oneOf": [
-        _object(["kind", "claim"], kind={"const": "completion"}, claim=_CLAIM, result=_ANY,
-                logs=_STRS),
-        _object(["kind", "claim", "error"], kind={"const": "failure"}, claim=_CLAIM,
-                error=_ERROR, retry_delay={"type": ["number", "null"], "minimum": 0},
-                logs=_STRS, outcome=_STR),
-        _object(["kind", "claim"], kind={"const": "release"}, claim=_CLAIM),
-    ]
-}  # fmt: skip
+_FAILURE = _object(["kind", "claim", "error"], kind={"const": "failure"}, claim=_CLAIM,
+                   error=_ERROR, retry_delay={"type": ["number", "null"], "minimum": 0},
+                   logs=_STRS, outcome=_STR)  # fmt: skip
 _SPEC = _object(
     ["task"],
     task=_STR, args={"type": "array"}, kwargs={"type": "object"}, queue=_STR,
@@ -58,7 +51,20 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ),
     ("/v1/sessions/{session_id}/exchange", "post"): _object(
         [],
-        outcomes={"type": "array", "items": _OUTCOME},
+        done={
+            "type": "array",
+            "items": {
+                "type": "array",
+                "prefixItems": [_INT, _INT, _ANY, _STRS],
+                "minItems": 4,
+                "maxItems": 4,
+            },
+        },
+        failed={"type": "array", "items": _FAILURE},
+        released={
+            "type": "array",
+            "items": {"type": "array", "prefixItems": [_INT, _INT], "minItems": 2, "maxItems": 2},
+        },
         claim={"oneOf": [_REQUEST, {"type": "null"}]},
     ),
     ("/v1/sessions/{session_id}/events", "post"): _object(

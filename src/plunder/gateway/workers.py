@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from plunder import wire
+from plunder import wire, wire_exchange
 from plunder.access import ApiKey
 from plunder.gateway.auth import Refused
 from plunder.gateway.server import (
@@ -86,28 +86,19 @@ async def heartbeat(gateway: Gateway, request: Request) -> Response:
     return JSONResponse(wire.heartbeat_out(answer))
 
 
-def _exchange_in(data: Any) -> tuple[list[Outcome], ClaimRequest | None]:
-    fields = wire.Fields(data, "an exchange")
-    outcomes = fields.items("outcomes", wire.outcome_in, [])
-    claim = wire.request_in(fields.take("claim", dict, None))
-    fields.done()
-    return outcomes, claim
-
-
 async def exchange(gateway: Gateway, request: Request) -> Response:
     key, session_id, data = await _session(gateway, request)
-    outcomes, claim = _exchange_in(data)
+    outcomes, claim = wire_exchange.exchange_in(data, session_id)  # claims of this session
     wait = claim.wait if claim is not None else 0.0
-    _own_claims(session_id, [o.claim for o in outcomes])
     if claim is not None:
         await gateway.require_queues(key, claim.queues)
     if claim is None or not claim.limit or not wait:
         reply = await run_in_threadpool(gateway.link.exchange, session_id, outcomes, claim)
-        return JSONResponse(wire.reply_out(reply))
+        return JSONResponse(wire_exchange.reply_out(reply))
     reply = await _long_poll(
         gateway, request, session_id=session_id, outcomes=outcomes, claim=claim, wait=wait
     )
-    return JSONResponse(wire.reply_out(reply))
+    return JSONResponse(wire_exchange.reply_out(reply))
 
 
 async def _long_poll(

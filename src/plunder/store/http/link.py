@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from plunder import wire
+from plunder import wire, wire_exchange
 from plunder.model import Claim, Heartbeat, Session
 from plunder.protocol import Beat, ClaimRequest, Hello, Outcome, Reply
 from plunder.store.http.client import Client
@@ -44,13 +44,10 @@ class HttpLink:
         data = self.client.call(
             "POST",
             f"/v1/sessions/{session_id}/exchange",
-            json={
-                "outcomes": [wire.outcome_out(o) for o in outcomes],
-                "claim": wire.request_out(claim),
-            },
+            json=wire_exchange.exchange_out(outcomes, claim),
             wait=wait,
         )
-        return wire.reply_in(data)
+        return wire_exchange.reply_in(data, session_id)
 
     def append(self, claim: Claim, events: Sequence[tuple[str, Any]]) -> None:
         self.client.call(
@@ -92,7 +89,7 @@ class HttpLink:
         return 0  # each call has its own deadline; nothing holds a connection to cut
 
     def pipe(self) -> None:
-        return None
+        return None  # one exchange at a time: turns sent ahead on threads did not drain faster
 
     def close_client(self) -> None:
         """Close the connections to the gateways (after the worker closed its session)."""

@@ -3,6 +3,7 @@ its App has no database URL: PLUNDER_URL names the gateway."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import plunder
@@ -21,3 +22,16 @@ def words(ctx: plunder.Context, prompt: str) -> str:
 def hold(seconds: float) -> str:
     time.sleep(seconds)
     return "held"
+
+
+@app.task(name="whoami", queue="llm", retries=2)
+def whoami(seconds: float) -> int:
+    """Holds its slot, then says which process ran it."""
+    time.sleep(seconds)
+    return os.getpid()
+
+
+@app.task(name="short", queue="llm", retries=0)
+def short(n: int) -> int:
+    time.sleep(0.005)
+    return n

@@ -1,5 +1,6 @@
-"""The worker protocol over a real gateway process (plunder.store.http.HttpLink), on each
-backend: what the SQL store's link does, the gateway does the same."""
+"""The worker protocol's contract, on every link a worker may have: the SQL store's own
+(StoreLink) and a real gateway process's (HttpLink), each on SQLite and PostgreSQL. What
+one link does, the other does the same; the long-poll is the gateway's alone."""
 
 from __future__ import annotations
 
@@ -11,21 +12,33 @@ import pytest
 
 from plunder import errors
 from plunder.model import Completion, JobSpec, TaskInfo
-from plunder.protocol import Beat, ClaimRequest, Hello
+from plunder.protocol import Beat, ClaimRequest, Hello, WorkerProtocol
 from plunder.states import Status
 from plunder.store import Store
 from plunder.store.http import Client, HttpLink
+from plunder.store.link import StoreLink
 from tests.gateway.conftest import Keys
 from tests.support.gateway import Gateway
 
 TASKS = (TaskInfo("t.echo", "default", "thread", {}),)
 
 
+@pytest.fixture(params=["store", "gateway"])
+def via(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-def links(gateway: Gateway) -> Iterator[Callable[[str], HttpLink]]:
+def links(
+    via: str, store: Store, request: pytest.FixtureRequest
+) -> Iterator[Callable[[str], WorkerProtocol]]:
+    """A maker of links for a key: the store's own (the key unused), or a gateway's."""
     made: list[HttpLink] = []
 
-    def make(key: str) -> HttpLink:
+    def make(key: str) -> WorkerProtocol:
+        if via == "store":
+            return StoreLink(store)
+        gateway: Gateway = request.getfixturevalue("gateway")
         made.append(HttpLink(Client(gateway.url, key, busy_total=2.0)))
         return made[-1]
 
@@ -47,7 +60,7 @@ def enqueue(store: Store, count: int) -> list[int]:
 
 
 def test_a_remote_worker_claims_and_completes_through_the_gateway(
-    links: Callable[[str], HttpLink], keys: Keys, store: Store
+    links: Callable[[str], WorkerProtocol], keys: Keys, store: Store
 ) -> None:
     ids = enqueue(store, 3)
     remote = links(keys.worker)
@@ -67,7 +80,7 @@ def test_a_remote_worker_claims_and_completes_through_the_gateway(
 
 
 def test_a_claim_that_moved_on_is_refused_as_stale(
-    links: Callable[[str], HttpLink], keys: Keys, store: Store
+    links: Callable[[str], WorkerProtocol], keys: Keys, store: Store
 ) -> None:
     (job_id,) = enqueue(store, 1)
     remote = links(keys.worker)
@@ -82,7 +95,7 @@ def test_a_claim_that_moved_on_is_refused_as_stale(
 
 
 def test_a_closed_session_is_gone_for_its_worker(
-    links: Callable[[str], HttpLink], keys: Keys
+    links: Callable[[str], WorkerProtocol], keys: Keys
 ) -> None:
     remote = links(keys.worker)
     session = remote.open(hello())
@@ -93,8 +106,10 @@ def test_a_closed_session_is_gone_for_its_worker(
 
 
 def test_an_idle_exchange_waits_at_the_gateway_and_wakes_for_a_new_job(
-    links: Callable[[str], HttpLink], keys: Keys, store: Store
+    links: Callable[[str], WorkerProtocol], keys: Keys, store: Store, via: str
 ) -> None:
+    if via == "store":
+        pytest.skip("the store's link does not long-poll: its worker's hub wakes it")
     remote = links(keys.worker)
     session = remote.open(hello())
     assert remote.exchange(session.id, [], claim(wait=0.3)).claimed == ()  # nothing: waited
@@ -116,7 +131,7 @@ def test_an_idle_exchange_waits_at_the_gateway_and_wakes_for_a_new_job(
 
 
 def test_stream_events_are_fenced_by_the_claim(
-    links: Callable[[str], HttpLink], keys: Keys, store: Store
+    links: Callable[[str], WorkerProtocol], keys: Keys, store: Store
 ) -> None:
     (job_id,) = enqueue(store, 1)
     remote = links(keys.worker)

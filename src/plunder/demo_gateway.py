@@ -103,15 +103,7 @@ def run(
     url = url or f"sqlite:///{folder / 'demo.db'}"
     store = open_store(url)
     store.migrate()
-    keys = {
-        name: store.key_create(role=role, group=group, queues=[queue], name=f"demo {name}")[1]
-        for name, role, group, queue in (
-            ("gpu-worker", "worker", "gpu", "llm"),
-            ("batch-worker", "worker", "batch", "batch"),
-            ("gpu-producer", "producer", "gpu", "llm"),
-            ("batch-producer", "producer", "batch", "batch"),
-        )
-    }
+    keys = _keys(store)
     gateway_url = f"http://127.0.0.1:{_free_port()}"
     port = gateway_url.rsplit(":", 1)[1]
     gateway = _spawn(["--db", url, "serve", "--port", port], dict(os.environ), folder / "gw.log")
@@ -121,12 +113,7 @@ def run(
         _wait_healthy(gateway_url, gateway, started + 30)
         say(f"database: {url} (only the gateway and the key commands use it)")
         say(f"gateway: {gateway_url}; logs in {folder}")
-        for i, (key, queue) in enumerate(
-            (("gpu-worker", "llm"), ("gpu-worker", "llm"), ("batch-worker", "batch"))
-        ):
-            argv = ["worker", "-A", "plunder.demo_gateway:app", "-q", queue, "-c", "3",
-                    "--name", f"remote-{queue}-{i}"]  # fmt: skip
-            workers.append(_spawn(argv, _remote_env(gateway_url, keys[key]), folder / f"w{i}.log"))
+        workers += _remote_workers(gateway_url, keys, folder)
         say("3 remote workers: two of group gpu (queue llm), one of group batch; "
             "no database URL in their environment")  # fmt: skip
         return _produce(store, gateway_url, keys=keys, workers=workers, say=say,
@@ -142,6 +129,33 @@ def run(
                 proc.kill()
                 proc.wait()
         store.close()
+
+
+def _keys(store: Store) -> dict[str, str]:
+    """A worker key and a producer key for each group: gpu owns llm, batch owns batch."""
+    return {
+        name: store.key_create(role=role, group=group, queues=[queue], name=f"demo {name}")[1]
+        for name, role, group, queue in (
+            ("gpu-worker", "worker", "gpu", "llm"),
+            ("batch-worker", "worker", "batch", "batch"),
+            ("gpu-producer", "producer", "gpu", "llm"),
+            ("batch-producer", "producer", "batch", "batch"),
+        )
+    }
+
+
+def _remote_workers(
+    gateway_url: str, keys: dict[str, str], folder: Path
+) -> list[subprocess.Popen[bytes]]:
+    """Two workers of group gpu, one of group batch; none has a database URL."""
+    workers = []
+    for i, (key, queue) in enumerate(
+        (("gpu-worker", "llm"), ("gpu-worker", "llm"), ("batch-worker", "batch"))
+    ):
+        argv = ["worker", "-A", "plunder.demo_gateway:app", "-q", queue, "-c", "3",
+                "--name", f"remote-{queue}-{i}"]  # fmt: skip
+        workers.append(_spawn(argv, _remote_env(gateway_url, keys[key]), folder / f"w{i}.log"))
+    return workers
 
 
 def _produce(

@@ -57,6 +57,8 @@ class Fields:
         value = self.data.pop(name)
         if value is None and default is None:
             return None
+        if kinds is object:  # any JSON value (a result, a stream event's data)
+            return value
         if isinstance(value, bool) and bool not in _tuple(kinds):
             raise WireError(f"{self.what}: {name!r} must be {_names(kinds)}, not a boolean")
         if int in _tuple(kinds) and float not in _tuple(kinds) and isinstance(value, float):

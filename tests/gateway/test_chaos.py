@@ -61,7 +61,7 @@ def test_g1_a_gateway_killed_mid_exchange_while_two_others_serve(
                for _ in range(2)]  # fmt: skip
     try:
         serving(store, 2)
-        ids = store.job_enqueue_ids([JobSpec("short", [i], queue="llm") for i in range(3000)])
+        ids = store.job_enqueue_ids([JobSpec("short", [i], queue="llm") for i in range(1500)])
         wait_for(lambda: store.job_get(ids[300]).status is Status.SUCCEEDED, timeout=60,
                  what="the drain under way")  # fmt: skip
         gateway.process.send_signal(signal.SIGKILL)  # every worker's preferred gateway

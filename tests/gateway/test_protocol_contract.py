@@ -143,3 +143,18 @@ def test_stream_events_are_fenced_by_the_claim(
     with pytest.raises(errors.StaleClaim):
         remote.append(job.claim, [("chunk", "late")])
     assert len(store.stream_read(job_id)) == 2
+
+
+def test_stream_events_carry_any_json_value(
+    links: Callable[[str], WorkerProtocol], keys: Keys, store: Store
+) -> None:
+    (job_id,) = enqueue(store, 1)
+    remote = links(keys.worker)
+    session = remote.open(hello())
+    (job,) = remote.exchange(session.id, [], claim()).claimed
+    values = [True, False, None, 0, -1.5, "", [1, "two"], {"k": [None]}]
+    remote.append(job.claim, [("chunk", v) for v in values])
+    assert [e.data for e in store.stream_read(job_id)] == values
+    answer = remote.exchange(session.id, [Completion(job.claim, False)], None)
+    assert answer.completed.accepted == (job.claim,)
+    assert store.job_get(job_id).result is False

@@ -45,8 +45,8 @@ ACK_LINGER = 0.002  # seconds a turn may wait for more results to send with it
 AHEAD_LINGER = 0.002  # seconds the next turn may wait for outcomes to free its slots
 AHEAD_POLL = 0.0005  # seconds between looks at the answer, while outcomes are awaited
 # Where the link long-polls (a gateway): how long an idle worker's exchange that finds
-# nothing to claim waits there for work
-LONG_POLL = 10.0
+# nothing to claim waits there for work (a SIGTERM waits for it to end: keep it short)
+LONG_POLL = 2.0
 
 
 class Turns:

@@ -20,7 +20,7 @@ from plunder.protocol import WorkerProtocol
 from plunder.slots import Slots, Wake
 
 log = logging.getLogger("plunder.worker")
-WATCH = 10.0  # seconds one watch may wait at the gateway
+WATCH = 2.0  # seconds one watch may wait at the gateway (a stop waits for it)
 IDLE_CHECK = 0.05  # seconds between looks at the slots while no watch is needed
 RETRY = 1.0  # seconds after a watch failed
 

@@ -180,3 +180,51 @@ def test_g4_the_database_restarted_under_a_gateway(
         gateway.stop()
         store.close()
     assert "Traceback" not in gateway.output()
+
+
+def test_g5_a_remote_worker_partitioned_from_its_gateway(
+    gateway: Gateway, keys: Keys, store: Store, tmp_path: Path
+) -> None:
+    """The worker's traffic to its gateway goes through a proxy that starts dropping
+    everything (the kernel still ACKs: a hung peer, not a dead one). Its heartbeats time
+    out (half its session expiry), it judges its session lost, its jobs are rescued by a
+    worker that still reaches the gateway; healed, it opens a new session and works on."""
+    from tests.chaos.chaosproxy import ChaosProxy
+
+    port = int(gateway.url.rsplit(":", 1)[1])
+    log = tmp_path / "workers.log"
+    with ChaosProxy("127.0.0.1", port) as proxy:
+        through = f"http://127.0.0.1:{proxy.port}"
+        cut_off = remote_worker(gateway, keys.gpu_worker, log, "--url", through, "-c", "2",
+                                "--name", "cut-off")  # fmt: skip
+        try:
+            serving(store, 1)
+            ids = store.job_enqueue_ids(
+                [JobSpec("whoami", [1.5], queue="llm", max_attempts=3) for _ in range(2)]
+            )
+            wait_for(lambda: all(store.job_get(i).status is Status.RUNNING for i in ids),
+                     timeout=30, what="the cut-off worker's starts")  # fmt: skip
+            proxy.mode = "blackhole"
+            rescuer = remote_worker(gateway, keys.gpu_worker, log, "-c", "2", "--name", "rescuer")
+            try:
+                wait_for(lambda: all(store.job_get(i).status is Status.SUCCEEDED for i in ids),
+                         timeout=60, what="the rescue")  # fmt: skip
+                assert {store.job_get(i).result for i in ids} == {rescuer.pid}
+                proxy.mode = "pass"
+                (late,) = store.job_enqueue_ids([JobSpec("whoami", [0.0], queue="llm")])
+                wait_for(
+                    lambda: (
+                        sum(s.name == "cut-off" for s in store.session_list()) == 1
+                        and store.job_get(late).status is Status.SUCCEEDED
+                    ),
+                    timeout=60,
+                    what="the healed worker back with a new session",
+                )
+                finished_once(store, ids)
+                assert cut_off.poll() is None, log.read_text()[-3000:]
+            finally:
+                stop(rescuer)
+        finally:
+            proxy.mode = "pass"
+            stop(cut_off)
+    assert "SESSION LOST" in log.read_text()

@@ -117,3 +117,18 @@ def test_a_busy_remote_worker_takes_new_work_and_reports_results_at_once(
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)
     assert "Traceback" not in log.read_text()
+
+
+def test_an_idle_remote_worker_stops_within_seconds(
+    gateway: Gateway, keys: Keys, store: Store, tmp_path: Path
+) -> None:
+    """Its exchange waits at the gateway a couple of seconds at a time, so a SIGTERM is
+    not held up by a long-poll."""
+    worker = remote_worker(gateway, keys.gpu_worker, tmp_path / "worker.log", "-c", "2")
+    serving(store, 1)
+    time.sleep(1.0)  # idle: its exchange waits at the gateway
+    stopping = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0
+    assert time.monotonic() - stopping < 5.0
+    assert store.session_list() == []  # closed, not left to expire

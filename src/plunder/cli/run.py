@@ -14,6 +14,7 @@ from plunder import config, errors
 from plunder.app import App
 from plunder.cli.output import F, user_errors
 from plunder.cli.state import CLI_STORE, State, pass_state
+from plunder.config import WorkerDeadlines
 from plunder.execution import tune_gc
 from plunder.store import open_store
 from plunder.store.http import Client, HttpLink
@@ -135,7 +136,10 @@ def _gateway_link(state: State, app: App) -> HttpLink | None:
     url = app.url
     if not url.lower().startswith(("http://", "https://")):
         return None
-    return HttpLink(Client(url, state.key or os.environ.get("PLUNDER_KEY")))
+    deadlines = WorkerDeadlines.of(app.settings)  # as on the database: no call outlives them
+    key = state.key or os.environ.get("PLUNDER_KEY")
+    client = Client(url, key, call_timeout=deadlines.call_timeout)
+    return HttpLink(client, heartbeat_timeout=deadlines.heartbeat_timeout)
 
 
 @click.command()

@@ -48,6 +48,7 @@ class Client:
         *,
         busy_total: float = policy.BUSY_TOTAL,
         verify: bool | str = True,
+        call_timeout: float = CALL_TIMEOUT,
     ) -> None:
         if not key:
             raise errors.ConfigError(
@@ -57,9 +58,10 @@ class Client:
         self.urls = split_urls(url)
         self.url = ",".join(self.urls)
         self.busy_total = busy_total
+        self.call_timeout = call_timeout  # seconds for an answer, beyond a long-poll's wait
         self._key = key
         self._http = httpx.Client(
-            timeout=httpx.Timeout(CALL_TIMEOUT, connect=CONNECT_TIMEOUT),
+            timeout=httpx.Timeout(call_timeout, connect=CONNECT_TIMEOUT),
             headers={"Authorization": f"Bearer {key}", "User-Agent": "plunder"},
             verify=verify,
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
@@ -84,17 +86,21 @@ class Client:
         params: dict[str, Any] | None = None,
         wait: float = 0.0,
         idempotent: bool = True,
+        timeout: float | None = None,
     ) -> Any:
         """The answer's JSON (None for 204), or plunder's error for a refusal. ``wait``:
-        seconds the gateway may hold the request (a long-poll), added to the timeout."""
+        seconds the gateway may hold the request (a long-poll), added to the timeout
+        (``timeout``, else the client's ``call_timeout``): a hung gateway holds no call
+        longer, and the next is tried."""
         backoff = policy.BusyBackoff(total=self.busy_total)
-        timeout = httpx.Timeout(CALL_TIMEOUT + wait, connect=CONNECT_TIMEOUT)
+        limit = (self.call_timeout if timeout is None else timeout) + wait
+        timeout_ = httpx.Timeout(limit, connect=min(CONNECT_TIMEOUT, limit))
         failure: Exception | None = None
         while True:
             for index, base in self._round():
                 try:
                     response = self._http.request(
-                        method, base + path, json=json, params=params, timeout=timeout
+                        method, base + path, json=json, params=params, timeout=timeout_
                     )
                 except httpx.ConnectError as exc:  # never reached it: safe to send again
                     failure = errors.StoreUnavailable(f"{base}: {exc}")

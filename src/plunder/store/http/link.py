@@ -21,8 +21,11 @@ class HttpLink:
 
     long_polls = True
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, *, heartbeat_timeout: float | None = None) -> None:
+        """``heartbeat_timeout``: a heartbeat's own deadline (the worker's: half its
+        session expiry), so that a hung gateway cannot hold it past the session."""
         self.client = client
+        self.heartbeat_timeout = heartbeat_timeout
         self._session: str | None = None  # the last session opened: next_due asks under it
 
     def open(self, hello: Hello) -> Session:
@@ -33,7 +36,10 @@ class HttpLink:
 
     def heartbeat(self, beat: Beat, *, via: Any = None) -> Heartbeat:
         path = f"/v1/sessions/{beat.session_id}/heartbeat"
-        return wire.heartbeat_in(self.client.call("POST", path, json=wire.beat_out(beat)))
+        answer = self.client.call(
+            "POST", path, json=wire.beat_out(beat), timeout=self.heartbeat_timeout
+        )
+        return wire.heartbeat_in(answer)
 
     def exchange(
         self, session_id: str, outcomes: Sequence[Outcome], claim: ClaimRequest | None

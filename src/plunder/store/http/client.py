@@ -94,39 +94,47 @@ class Client:
         longer, and the next is tried."""
         backoff = policy.BusyBackoff(total=self.busy_total)
         limit = (self.call_timeout if timeout is None else timeout) + wait
-        timeout_ = httpx.Timeout(limit, connect=min(CONNECT_TIMEOUT, limit))
-        failure: Exception | None = None
+        request = {
+            "method": method,
+            "json": json,
+            "params": params,
+            "timeout": httpx.Timeout(limit, connect=min(CONNECT_TIMEOUT, limit)),
+        }
         while True:
             for index, base in self._round():
-                try:
-                    response = self._http.request(
-                        method, base + path, json=json, params=params, timeout=timeout_
-                    )
-                except httpx.ConnectError as exc:  # never reached it: safe to send again
-                    failure = errors.StoreUnavailable(f"{base}: {exc}")
-                    continue
-                except httpx.TransportError as exc:
-                    failure = errors.StoreUnavailable(f"{base}: {type(exc).__name__}: {exc}")
-                    if not idempotent:
-                        raise errors.OutcomeUnknown(
-                            f"{base}: the connection was lost before the answer; the request "
-                            "may or may not have been carried out"
-                        ) from exc
-                    continue
-                status = response.status_code
-                if status in RETRYABLE and (idempotent or status in NOT_TAKEN):
-                    failure = _error(response, base)
+                response, failure = self._try(base, path, request, idempotent)
+                if response is None:
                     continue
                 with self._lock:
                     self._preferred = index
-                if status >= 400:
+                if response.status_code >= 400:
                     raise _error(response, base)
-                return None if status == 204 else response.json()
+                return None if response.status_code == 204 else response.json()
             pause = backoff.next_wait()
             if pause is None or self._closed:
                 assert failure is not None
                 raise failure
             time.sleep(pause)
+
+    def _try(
+        self, base: str, path: str, request: dict[str, Any], idempotent: bool
+    ) -> tuple[httpx.Response | None, Exception | None]:
+        """One gateway's answer, or (None, why) where the next one is to be tried."""
+        try:
+            response = self._http.request(url=base + path, **request)
+        except httpx.ConnectError as exc:  # never reached it: safe to send again
+            return None, errors.StoreUnavailable(f"{base}: {exc}")
+        except httpx.TransportError as exc:
+            if not idempotent:
+                raise errors.OutcomeUnknown(
+                    f"{base}: the connection was lost before the answer; the request "
+                    "may or may not have been carried out"
+                ) from exc
+            return None, errors.StoreUnavailable(f"{base}: {type(exc).__name__}: {exc}")
+        status = response.status_code
+        if status in RETRYABLE and (idempotent or status in NOT_TAKEN):
+            return None, _error(response, base)
+        return response, None
 
     def _round(self) -> Iterator[tuple[int, str]]:
         """Every gateway once, the one that answered last first."""

@@ -28,6 +28,15 @@ from plunder.states import Outcome
 from tests.chaos.chaosproxy import ChaosProxy
 from tests.chaos.checker import check
 from tests.chaos.harness import Proc, System, Timing, witness
+from tests.chaos.netns import (
+    Namespace,
+    alive,
+    clear_stale_network,
+    must,
+    namespace,
+    network_left,
+    run,
+)
 from tests.chaos.prereqs import require
 from tests.support import pgcluster
 
@@ -213,27 +222,6 @@ def r_db(timing: Timing) -> float:
 MOUNT_PREFIX = "/tmp/plunder-chaos-"  # + <pid of the test process>-<random>
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
-
-
-def _must(*args: str) -> str:
-    done = _run(*args)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed: {done.stderr.strip()}")
-    return done.stdout
-
-
 def our_mounts() -> dict[str, int]:
     """tmpfs mounts of this suite, with the pid of the test process that made each."""
     out = {}
@@ -247,13 +235,13 @@ def our_mounts() -> dict[str, int]:
 
 def stale_mounts() -> list[str]:
     """Mounts of ours whose test process is gone (a crashed or killed run)."""
-    return [point for point, pid in our_mounts().items() if not _alive(pid)]
+    return [point for point, pid in our_mounts().items() if not alive(pid)]
 
 
 def clean_stale_mounts() -> list[str]:
     gone = stale_mounts()
     for point in gone:
-        _run("umount", "-l", point)
+        run("umount", "-l", point)
         with suppress(OSError):
             os.rmdir(point)
     return gone
@@ -265,15 +253,15 @@ def tmpfs(undo: ExitStack, size_bytes: int, owner: str | None = None) -> Path:
     point = Path(f"{MOUNT_PREFIX}{os.getpid()}-{secrets.token_hex(4)}")
     point.mkdir(mode=0o700)
     undo.callback(point.rmdir)
-    _must("mount", "-t", "tmpfs", "-o", f"size={size_bytes},mode=0700", "tmpfs", str(point))
-    undo.callback(_run, "umount", "-l", str(point))
+    must("mount", "-t", "tmpfs", "-o", f"size={size_bytes},mode=0700", "tmpfs", str(point))
+    undo.callback(run, "umount", "-l", str(point))
     if owner:
-        _must("chown", owner, str(point))
+        must("chown", owner, str(point))
     return point
 
 
 def grow(point: Path, size_bytes: int) -> None:
-    _must("mount", "-o", f"remount,size={size_bytes}", str(point))
+    must("mount", "-o", f"remount,size={size_bytes}", str(point))
 
 
 @pytest.fixture
@@ -513,10 +501,10 @@ def full_cluster(no_leftovers: None) -> Iterator[tuple[pgcluster.Cluster, Path]]
     try:
         with ExitStack() as undo:
             cluster.stop("fast")
-            used = int(_must("du", "-sb", str(cluster.datadir)).split()[0])
+            used = int(must("du", "-sb", str(cluster.datadir)).split()[0])
             point = tmpfs(undo, used + (40 << 20), owner=cluster.user)
-            _must("cp", "-a", f"{cluster.datadir}/.", str(point))
-            _must("rm", "-rf", str(cluster.datadir))
+            must("cp", "-a", f"{cluster.datadir}/.", str(point))
+            must("rm", "-rf", str(cluster.datadir))
             cluster.datadir.symlink_to(point)
             undo.callback(lambda: pg_running(cluster) and cluster.stop("immediate"))
             cluster.start()
@@ -562,7 +550,7 @@ def test_s15_disk_full_postgres(
         usage = Usage.measure(procs, FULL_WINDOW, threading.Event())
         refused = enqueue_errors(system, window)
         down = not pg_running(cluster)
-        grow(point, int(_must("du", "-sb", str(point)).split()[0]) + (400 << 20))
+        grow(point, int(must("du", "-sb", str(point)).split()[0]) + (400 << 20))
         if down:
             cluster.start()
         grown_db = system.store.now()
@@ -604,91 +592,6 @@ def test_s15_disk_full_postgres(
 
 # -- S08: a worker partitioned from PostgreSQL -------------------------------------------
 
-NS_PREFIX, LINK_PREFIX = "plw", "plv"  # + <pid of the test process>
-NFT_TABLE = "plunder_chaos"
-
-
-@dataclass(frozen=True)
-class Namespace:
-    """A network namespace joined to this machine by a veth pair on a private /30; the
-    namespace can reach the host's end of the pair and nothing else."""
-
-    name: str
-    host_link: str
-    host_addr: str
-    ns_addr: str
-
-    def exec(self) -> list[str]:
-        return ["ip", "netns", "exec", self.name]
-
-    def partition(self) -> None:
-        """Drop every packet in and out of the namespace (loopback aside)."""
-        rules = (
-            f"table inet {NFT_TABLE} {{\n"
-            "  chain input { type filter hook input priority 0; policy drop; iif lo accept; }\n"
-            "  chain output { type filter hook output priority 0; policy drop; oif lo accept; }\n"
-            "}\n"
-        )
-        done = subprocess.run(
-            [*self.exec(), "nft", "-f", "-"],
-            input=rules,
-            text=True,
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"nft failed: {done.stderr.strip()}")
-
-    def heal(self) -> None:
-        _run(*self.exec(), "nft", "delete", "table", "inet", NFT_TABLE)
-
-
-def _pids_of(names: list[str], prefix: str, suffix: str = "") -> dict[str, int]:
-    pattern = re.compile(rf"^{prefix}(\d+){suffix}$")
-    return {n: int(m.group(1)) for n in names if (m := pattern.match(n))}
-
-
-def stale_network() -> tuple[list[str], list[str]]:
-    """Namespaces and host links of ours whose test process is gone."""
-    spaces = [line.split()[0] for line in _must("ip", "netns", "list").splitlines() if line]
-    links = [line.split()[0].split("@")[0] for line in _must("ip", "-br", "link").splitlines()]
-    return (
-        [n for n, pid in _pids_of(spaces, NS_PREFIX).items() if not _alive(pid)],
-        [n for n, pid in _pids_of(links, LINK_PREFIX, "h").items() if not _alive(pid)],
-    )
-
-
-def free_subnet() -> tuple[str, str]:
-    """Host and namespace addresses in a /30 of 10.239.0.0/16 no interface here uses."""
-    used = set(re.findall(r"inet (10\.239\.\d+\.\d+)/", _must("ip", "-4", "-o", "addr")))
-    start = os.getpid() % (1 << 14)
-    for step in range(1 << 14):
-        block = ((start + step) % (1 << 14)) * 4
-        base = f"10.239.{block >> 8}.{block & 0xFF}"
-        host, ns = (f"10.239.{block >> 8}.{(block & 0xFF) + k}" for k in (1, 2))
-        if not {base, host, ns} & used:
-            return host, ns
-    raise RuntimeError("no free /30 in 10.239.0.0/16")
-
-
-def namespace(undo: ExitStack) -> Namespace:
-    pid = os.getpid()
-    host_addr, ns_addr = free_subnet()
-    ns = Namespace(f"{NS_PREFIX}{pid}", f"{LINK_PREFIX}{pid}h", host_addr, ns_addr)
-    inner = f"{LINK_PREFIX}{pid}n"
-    _must("ip", "netns", "add", ns.name)
-    undo.callback(_run, "ip", "netns", "del", ns.name)  # its nft rules and its end go too
-    _must("ip", "link", "add", ns.host_link, "type", "veth", "peer", "name", inner)
-    undo.callback(_run, "ip", "link", "del", ns.host_link)
-    _must("ip", "link", "set", inner, "netns", ns.name)
-    _must("ip", "addr", "add", f"{host_addr}/30", "dev", ns.host_link)
-    _must("ip", "link", "set", ns.host_link, "up")
-    _must("ip", "-n", ns.name, "addr", "add", f"{ns_addr}/30", "dev", inner)
-    _must("ip", "-n", ns.name, "link", "set", inner, "up")
-    _must("ip", "-n", ns.name, "link", "set", "lo", "up")
-    return ns
-
 
 @pytest.fixture
 def partitioned() -> Iterator[tuple[pgcluster.Cluster, Namespace]]:
@@ -696,13 +599,7 @@ def partitioned() -> Iterator[tuple[pgcluster.Cluster, Namespace]]:
     veth pair and lets the namespace in. The server has no idle or keepalive settings of
     its own: whatever ends a partitioned worker's transaction, plunder asked for it."""
     require("S08", "ip", "nft")
-    spaces, links = stale_network()
-    for name in spaces:
-        _run("ip", "netns", "del", name)
-    for name in links:
-        _run("ip", "link", "del", name)
-    if spaces or links:
-        print(f"removed leftovers of a crashed run: {spaces + links}")
+    clear_stale_network()
     with ExitStack() as undo:
         ns = namespace(undo)
         cluster = pgcluster.create({"listen_addresses": f"127.0.0.1,{ns.host_addr}"})
@@ -714,8 +611,7 @@ def partitioned() -> Iterator[tuple[pgcluster.Cluster, Namespace]]:
             conn.execute("SELECT pg_reload_conf()")
             conn.execute("CREATE DATABASE chaos")
         yield cluster, ns
-    spaces, links = _must("ip", "netns", "list"), _must("ip", "-br", "link")
-    assert ns.name not in spaces and ns.host_link not in links, "a namespace outlived its test"
+    assert not network_left(ns), "a namespace outlived its test"
 
 
 def backends_of(url: str, app: str) -> list[tuple[str, float]]:

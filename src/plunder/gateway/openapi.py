@@ -83,6 +83,14 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
         [], started={"type": "array", "items": _CLAIM}, lost=_BOOL
     ),
     ("/v1/jobs", "post"): _object(["jobs"], jobs={"type": "array", "items": _SPEC}, records=_BOOL),
+    ("/v1/keys", "post"): _object(
+        ["role"],
+        role={"enum": ["worker", "producer", "reader", "admin"]},
+        group=_STR,
+        queues=_STRS,
+        expires={"type": ["number", "string", "null"]},  # seconds, or "30d", "12h", "15m"
+        name={"type": "string", "maxLength": 200},
+    ),
 }
 
 SUMMARIES = {
@@ -103,7 +111,9 @@ SUMMARIES = {
     "cancel": "Cancel a job",
     "retry": "Retry a finished job",
     "task": "A task as its workers published it",
-    "keys_list": "The API keys (an admin key)",
+    "keys_list": "The API keys, never a secret (an admin key)",
+    "keys_create": "Make an API key; its secret is answered this once (an admin key)",
+    "keys_revoke": "Revoke an API key and end the sessions it opened (an admin key)",
 }
 _WAIT = {"name": "wait", "in": "query", "required": False,
          "schema": {"type": "number", "minimum": 0, "maximum": 60}}  # fmt: skip

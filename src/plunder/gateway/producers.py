@@ -18,7 +18,6 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 
 from plunder import errors, wire
 from plunder.access import ApiKey
@@ -28,7 +27,6 @@ from plunder.gateway.server import (
     MAX_WAIT,
     Gateway,
     body,
-    handler,
     integer,
     job_id,
     key_of,
@@ -200,12 +198,6 @@ async def task(gateway: Gateway, request: Request) -> Response:
     return JSONResponse(wire.task_info_out(info))
 
 
-async def keys_list(gateway: Gateway, request: Request) -> Response:
-    await key_of(gateway, request, "admin")
-    found = await run_in_threadpool(gateway.store.key_list)
-    return JSONResponse({"keys": [k.public() for k in found]})
-
-
 async def health(gateway: Gateway, request: Request) -> Response:
     """For load balancers: 200 while the database answers, 503 otherwise."""
     now = await run_in_threadpool(gateway.store.now)
@@ -223,15 +215,7 @@ ROUTES = [
     ("/v1/jobs/{job_id}/cancel", "POST", cancel),
     ("/v1/jobs/{job_id}/retry", "POST", retry),
     ("/v1/tasks/{name}", "GET", task),
-    ("/v1/keys", "GET", keys_list),
 ]
-
-
-def routes(gateway: Gateway) -> list[Route]:
-    return [
-        Route(path, handler(gateway, endpoint), methods=[method], name=endpoint.__name__)
-        for path, method, endpoint in ROUTES
-    ]
 
 
 def _waker(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> Callable[[], None]:

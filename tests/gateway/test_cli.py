@@ -88,7 +88,7 @@ def test_keys_with_another_key_or_none_are_one_line(
 def test_a_producer_through_a_gateway_with_its_key(
     gateway: Gateway, keys: Keys, store: Store, tmp_path: Path
 ) -> None:
-    """enqueue (--wait), job (--follow), cancel, retry: the key reaches the gateway from
+    """enqueue (--wait), job (--follow), cancel, retry, jobs: the key reaches the gateway from
     --key and from PLUNDER_KEY, and the gateway store takes every option the CLI gives."""
     worker = remote_worker(gateway, keys.gpu_worker, tmp_path / "worker.log", "-c", "2")
     try:
@@ -116,11 +116,18 @@ def test_a_producer_through_a_gateway_with_its_key(
     assert store.job_get(int(job_id)).status is Status.CANCELLED
     denied = one_line_error(cli(gateway.url, "cancel", job_id, key=keys.reader))
     assert "reader key may not" in denied
+    listed = json.loads(ok(cli(gateway.url, "jobs", "--json", key=keys.admin)))
+    assert [j["id"] for j in listed["jobs"]] == [int(job_id), made["id"], made["id"] - 1]
+    mine = ok(cli(gateway.url, "jobs", "--queue", "llm", env_key=keys.gpu_producer))
+    assert "hold" in mine and "words" in mine
+    assert "name a queue" in one_line_error(cli(gateway.url, "jobs", key=keys.gpu_producer))
+    other = one_line_error(cli(gateway.url, "jobs", "--queue", "default", key=keys.gpu_producer))
+    assert "may not use the queue(s) default" in other
 
 
 @pytest.mark.parametrize(
     "command",
-    [["jobs"], ["status"], ["init"], ["janitor"], ["serve"], ["demo"]],
+    [["status"], ["init"], ["janitor"], ["serve"], ["demo"]],
     ids=lambda c: c[0],
 )
 def test_what_needs_the_database_says_so_in_one_line(command: list[str]) -> None:

@@ -138,7 +138,6 @@ def jobs(
 ) -> None:
     """List jobs, newest first (page with --after)."""
     with user_errors():
-        state.direct("jobs")
         page = state.store().job_list(
             queue=queue, status=status_, task=task, after=after, limit=limit
         )

@@ -4,7 +4,8 @@ database with a small pool and one listening connection, however many they are.
 
 ```
  remote workers ─┐   /v1/sessions/…  (the worker protocol; the exchange long-polls)
- producers ──────┼─▶ /v1/jobs/…      (enqueue, read, result long-poll, SSE stream)  ─▶ database
+ producers ──────┼─▶ /v1/jobs/…      (enqueue, list, read, result long-poll, SSE stream)
+ admins ─────────┤   /v1/keys/…      (make, list, revoke keys)                      ─▶ database
  load balancer ──┘   /v1/health, /openapi.json
 ```
 

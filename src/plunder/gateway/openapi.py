@@ -103,6 +103,7 @@ SUMMARIES = {
     "next_due": "Seconds until the next delayed job of a claim request is due",
     "close": "Close a session; its unstarted jobs go back",
     "enqueue": "Enqueue jobs (one transaction)",
+    "list_jobs": "A page of jobs, newest first (any key but an admin's names a queue)",
     "get_job": "A job",
     "result": "A job once finished; ?wait= long-polls",
     "stream": "A job's stream as server-sent events (resumable: Last-Event-ID)",
@@ -115,6 +116,14 @@ SUMMARIES = {
     "keys_create": "Make an API key; its secret is answered this once (an admin key)",
     "keys_revoke": "Revoke an API key and end the sessions it opened (an admin key)",
 }
+_LIST: list[dict[str, Any]] = [
+    {"name": name, "in": "query", "required": False, "schema": schema}
+    for name, schema in (
+        ("queue", _STR), ("status", _STR), ("task", _STR),
+        ("after", {"type": "integer", "minimum": 0}),
+        ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
+    )
+]  # fmt: skip
 _WAIT = {"name": "wait", "in": "query", "required": False,
          "schema": {"type": "number", "minimum": 0, "maximum": 60}}  # fmt: skip
 
@@ -151,6 +160,8 @@ def schema(routes: list[tuple[str, str, str]]) -> dict[str, Any]:
         ]
         if name == "result":
             parameters.append(_WAIT)
+        if name == "list_jobs":
+            parameters.extend(_LIST)
         if parameters:
             operation["parameters"] = parameters
         request = BODIES.get((path, method.lower()))

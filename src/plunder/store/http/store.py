@@ -1,9 +1,10 @@
 """The producer's store through a gateway: ``plunder.App("https://host:8700", key=...)``.
 
-It offers what a producer and a reader use — enqueue, read, cancel, retry, runs, streams,
-published tasks — with waits done at the gateway (a result's long-poll, a stream's
-server-sent events). What needs the database itself (a worker's own operations, the
-janitor's, ``enqueue(conn=...)``) raises ConfigError naming what to use instead.
+It offers what a producer and a reader use — enqueue, list, read, cancel, retry, runs,
+streams, published tasks — and an admin's keys (make, list, revoke), with waits done at
+the gateway (a result's long-poll, a stream's server-sent events). What needs the
+database itself (a worker's own operations, the janitor's, ``enqueue(conn=...)``) raises
+ConfigError naming what to use instead.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import httpx
 
 from plunder import access, errors, policy, wire
 from plunder.access import ApiKey
-from plunder.model import JobRecord, JobSpec, Run, StreamEvent, TaskInfo
+from plunder.model import JobPage, JobRecord, JobSpec, Run, StreamEvent, TaskInfo
 from plunder.states import is_terminal
 from plunder.store.http.client import Client, error_of
 
@@ -94,6 +95,24 @@ class HttpStore:
 
     def job_retry(self, job_id: int, *, now: Any = None) -> JobRecord:
         return wire.job_in(self.client.call("POST", f"/v1/jobs/{_id(job_id)}/retry"))
+
+    def job_list(
+        self,
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        task: str | None = None,
+        after: int | None = None,
+        limit: int = 50,
+    ) -> JobPage:
+        """A page of jobs, newest first: every queue's for an admin key; any other key
+        names a queue of its own."""
+        given = {"queue": queue, "status": status, "task": task, "after": after}
+        params = {name: value for name, value in given.items() if value is not None}
+        data = self.client.call("GET", "/v1/jobs", params={**params, "limit": limit})
+        after_id = data["next_after"]
+        return JobPage(tuple(wire.job_in(j) for j in data["jobs"]),
+                       None if after_id is None else int(after_id))  # fmt: skip
 
     def job_runs(self, job_id: int) -> list[Run]:
         data = self.client.call("GET", f"/v1/jobs/{_id(job_id)}/runs")

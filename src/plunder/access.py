@@ -37,6 +37,9 @@ PREFIX = "plk"
 DEFAULT_GROUP = "default"
 _ID = re.compile(r"^[0-9a-f]{12}$")
 _GROUP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
+_SPAN = re.compile(r"^(\d{1,12}(?:\.\d{1,9})?)([smhdw]?)$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+MAX_LIFETIME = 100 * 365 * 86400.0  # seconds: the longest a key may be made to last
 
 
 class Role(enum.StrEnum):
@@ -142,6 +145,25 @@ def check_key_id(key_id: str) -> str:
     if not isinstance(key_id, str) or not _ID.match(key_id):
         raise errors.InvalidName(f"invalid key id {key_id!r}: 12 hexadecimal digits")
     return key_id
+
+
+def lifetime(value: object) -> float:
+    """A key's lifetime in seconds, from ``30d``, ``12h``, ``15m``, ``90s``, ``2w`` or a
+    number of seconds: positive and at most MAX_LIFETIME; ConfigError otherwise."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _SPAN.match(value.strip().lower())):
+        seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    else:
+        raise errors.ConfigError(
+            f"invalid lifetime {str(value)[:40]!r}: a positive number with s, m, h, d or w "
+            "(30d), or seconds"
+        )
+    if not 0 < seconds <= MAX_LIFETIME:  # NaN too
+        raise errors.ConfigError(
+            f"invalid lifetime {str(value)[:40]!r}: more than 0 and at most 100 years"
+        )
+    return seconds
 
 
 def parse_queues(text: str | Sequence[str] | None) -> tuple[str, ...]:

@@ -163,3 +163,28 @@ def test_a_revoked_key_stops_working_within_a_second(
         time.sleep(1.1)
         refused(http.post(f"/v1/sessions/{session}/heartbeat", json={}), 401)
     assert not store.session_heartbeat(session).alive
+
+
+def test_a_job_list_shows_only_the_queues_a_key_may_read(
+    gateway: Gateway, keys: Keys, store: Store
+) -> None:
+    default_ids = store.job_enqueue_ids([JobSpec("t.echo", [i]) for i in range(3)])
+    (llm_job,) = store.job_enqueue_ids([JobSpec("t.gen", [1], queue="llm")])
+    with client(gateway, keys.admin) as admin:
+        page = admin.get("/v1/jobs", params={"limit": 2}).json()
+        assert [j["id"] for j in page["jobs"]] == [llm_job, default_ids[2]]
+        rest = admin.get("/v1/jobs", params={"after": page["next_after"]}).json()
+        assert [j["id"] for j in rest["jobs"]] == default_ids[1::-1]
+        assert rest["next_after"] is None
+    with client(gateway, keys.reader) as reader:
+        assert "name a queue" in refused(reader.get("/v1/jobs"), 400)
+        listed = reader.get("/v1/jobs", params={"queue": "default", "status": "pending"})
+        assert [j["id"] for j in listed.json()["jobs"]] == default_ids[::-1]
+        refused(reader.get("/v1/jobs", params={"queue": "llm"}), 403)  # the gpu group's
+        refused(reader.get("/v1/jobs", params={"queue": "default", "status": "sleepy"}), 400)
+        refused(reader.get("/v1/jobs", params={"queue": "default", "limit": 0}), 400)
+    with client(gateway, keys.gpu_producer) as gpu:
+        assert [j["id"] for j in gpu.get("/v1/jobs?queue=llm").json()["jobs"]] == [llm_job]
+        refused(gpu.get("/v1/jobs?queue=default"), 403)
+    with client(gateway, keys.worker) as worker:
+        refused(worker.get("/v1/jobs?queue=default"), 403)

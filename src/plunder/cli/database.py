@@ -18,6 +18,7 @@ from plunder.states import Status
 def init(state: State) -> None:
     """Create or migrate plunder's tables."""
     with user_errors():
+        state.direct("init")
         store = state.store(migrate=True)
         click.echo(f"{store.url}: plunder schema version {store.schema_check()}")
 
@@ -31,6 +32,7 @@ def status(state: State, as_json: bool) -> None:
     from plunder.janitor import LEASE_NAME
 
     with user_errors():
+        state.direct("status")
         store = state.store()
         stats, sessions, lease, unrunnable = (
             store.queue_stats(),

@@ -1,9 +1,7 @@
 """``plunder serve`` (the gateway) and ``plunder keys`` (its API keys, kept in the
-database: these commands need its URL, never a gateway's)."""
+database: made, listed and revoked with its URL, or through a gateway with an admin key)."""
 
 from __future__ import annotations
-
-import re
 
 import click
 from rich import box
@@ -13,24 +11,13 @@ from plunder import access, errors
 from plunder.cli.output import emit_json, json_option, out, user_errors
 from plunder.cli.state import State, pass_state
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_SPAN = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
-
 
 def parse_span(text: str) -> float:
     """``30d``, ``12h``, ``15m``, ``90s`` or plain seconds, as seconds."""
-    match = _SPAN.match(text.strip().lower())
-    if not match or float(match.group(1)) <= 0:
-        raise click.BadParameter(f"{text!r}: use a positive number with s, m, h, d or w (30d)")
-    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
-
-
-def _direct(state: State) -> None:
-    if state.url.lower().startswith(("http://", "https://")):
-        raise errors.ConfigError(
-            "keys live in the database: give its URL (--db postgresql://… or sqlite:///…), "
-            "not a gateway's"
-        )
+    try:
+        return access.lifetime(text)
+    except errors.ConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @click.command()
@@ -58,7 +45,7 @@ def serve(
             raise errors.ConfigError(
                 f"the gateway needs its extra: pip install 'plunder[gateway]' ({exc})"
             ) from exc
-        _direct(state)
+        state.direct("serve")
         if bool(tls_cert) != bool(tls_key):
             raise errors.ConfigError("--tls-cert and --tls-key go together")
         scheme = "https" if tls_cert else "http"
@@ -69,7 +56,8 @@ def serve(
 
 @click.group()
 def keys() -> None:
-    """API keys for the gateway (plunder serve)."""
+    """API keys for the gateway (plunder serve): with the database's URL, or a gateway's
+    and an admin key (--key)."""
 
 
 @keys.command("create")
@@ -91,7 +79,6 @@ def create(
 ) -> None:  # fmt: skip
     """Make a key and print its secret, this once (only its hash is kept)."""
     with user_errors():
-        _direct(state)
         lifetime = None if expires is None else parse_span(expires)
         key, secret = state.store(migrate=True).key_create(
             role=role, group=group, queues=access.parse_queues(queues), name=name,
@@ -114,13 +101,13 @@ def create(
 def list_keys(state: State, /, as_json: bool) -> None:
     """Every key, revoked and expired ones included (never a secret)."""
     with user_errors():
-        _direct(state)
         found = state.store().key_list()
         if as_json:
             emit_json([k.public() for k in found])
             return
         table = Table(box=box.SIMPLE_HEAD)
-        for column in ("id", "name", "role", "group", "queues", "created", "expires", "revoked"):
+        table.add_column("id", no_wrap=True)  # whole: `plunder keys revoke ID` needs it
+        for column in ("name", "role", "group", "queues", "created", "expires", "revoked"):
             table.add_column(column)
         for k in found:
             table.add_row(
@@ -140,7 +127,6 @@ def revoke(state: State, /, key_id: str, as_json: bool) -> None:
     """Revoke a key: it stops working within a second, and the worker sessions it opened
     end now (their running jobs are rescued as lost)."""
     with user_errors():
-        _direct(state)
         key, sessions = state.store().key_revoke(key_id)
         if as_json:
             emit_json({**key.public(), "sessions_ended": sessions})

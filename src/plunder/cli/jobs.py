@@ -12,10 +12,10 @@ from rich.table import Table
 from rich.text import Text
 
 from plunder import errors, payload
-from plunder.app import App, Job
+from plunder.app import Job
 from plunder.cli import follow
 from plunder.cli.output import emit_json, err, json_option, literal, out, plain, user_errors
-from plunder.cli.state import CLI_STORE, State, pass_state
+from plunder.cli.state import State, pass_state
 from plunder.model import JobRecord, Run
 
 JOB_FIELDS = (
@@ -75,7 +75,7 @@ def enqueue(
     with user_errors():
         args, kwargs = _arguments(args_json)
         options = {name: v for name, v in flags.items() if v is not None}
-        app = App(state.url, **CLI_STORE)
+        app = state.app()
         try:
             job = app.enqueue(task, args, kwargs, allow_unregistered=unregistered, **options)
             result = _wait(job, wait_timeout) if wait else None
@@ -218,7 +218,7 @@ def _field_line(name: str, value: object) -> Text:
 
 
 def _follow(state: State, job_id: int, as_json: bool, *, progress: bool) -> None:
-    app = App(state.url, **CLI_STORE)
+    app = state.app()
     shown = follow.Follower(sys.stdout, sys.stderr, progress=progress, as_json=as_json)
     try:
         handle = app.job(job_id)

@@ -150,6 +150,7 @@ def janitor(state: State, /, **intervals: float | None) -> None:
     from plunder.janitor import Janitor
 
     with user_errors():
+        state.direct("janitor")
         settings = config.load(url=state.url).with_overrides(**intervals)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())

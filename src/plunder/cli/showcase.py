@@ -31,6 +31,7 @@ def demo(state: State, workers: int, job_count: int, gateway: bool, as_json: boo
     from plunder import demo as demo_module
 
     with user_errors():
+        state.direct("demo")
         if gateway:
             from plunder import demo_gateway
 

@@ -6,6 +6,8 @@ from typing import Any
 
 import click
 
+from plunder import errors
+from plunder.app import App
 from plunder.store import Store, open_store
 
 CLI_STORE: dict[str, Any] = {
@@ -32,13 +34,31 @@ class State:
         """Whether the URL is a gateway's (http:// or https://)."""
         return self.url.lower().startswith(("http://", "https://"))
 
+    def direct(self, command: str) -> None:
+        """ConfigError (one line) where the URL is a gateway's: ``command`` needs the
+        database itself."""
+        if self.remote:
+            raise errors.ConfigError(
+                f"plunder {command} needs the database itself, not a gateway: give its URL "
+                "(--db postgresql://… or sqlite:///…)"
+            )
+
+    def options(self, **overrides: Any) -> dict[str, Any]:
+        """The CLI's store options, with the API key where the URL is a gateway's."""
+        options = {**CLI_STORE, **overrides}
+        if self.remote:
+            options["key"] = self.key
+        return options
+
+    def app(self) -> App:
+        """An App on the URL (with the key, for a gateway), for what a producer does; the
+        caller closes it."""
+        return App(self.url, **self.options())
+
     def store(self, *, migrate: bool = False) -> Store:
         if self._store is None:
             # only init (migrate) may create a SQLite file
-            options = {**CLI_STORE, "create": migrate}
-            if self.remote:
-                options["key"] = self.key
-            store = open_store(self.url, **options)
+            store = open_store(self.url, **self.options(create=migrate))
             store.migrate() if migrate else store.schema_check()
             self._store = store
         return self._store

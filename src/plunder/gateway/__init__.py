@@ -4,7 +4,8 @@ database with a small pool and one listening connection, however many they are.
 
 ```
  remote workers ─┐   /v1/sessions/…  (the worker protocol; the exchange long-polls)
- producers ──────┼─▶ /v1/jobs/…      (enqueue, read, result long-poll, SSE stream)  ─▶ database
+ producers ──────┼─▶ /v1/jobs/…      (enqueue, list, read, result long-poll, SSE stream)
+ admins ─────────┤   /v1/keys/…      (make, list, revoke keys)                      ─▶ database
  load balancer ──┘   /v1/health, /openapi.json
 ```
 
@@ -30,8 +31,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from plunder.app import App
-from plunder.gateway import openapi, producers, workers
-from plunder.gateway.server import MAX_BODY, Gateway, refusal
+from plunder.gateway import admin, openapi, producers, workers
+from plunder.gateway.server import MAX_BODY, Gateway, refusal, routes
 from plunder.janitor import Janitor, own_store
 
 log = logging.getLogger("plunder.gateway")
@@ -43,20 +44,21 @@ def create_app(url: str, *, pool_size: int = POOL_SIZE, max_body: int = MAX_BODY
     app = App(url, pool_size=pool_size, application_name="plunder:gateway")
     gateway = Gateway(app, max_body=max_body)
     table = [(p, m, n) for p, m, n in workers.ROUTES] + [
-        (p, m, endpoint.__name__) for p, m, endpoint in producers.ROUTES
+        (p, m, endpoint.__name__) for p, m, endpoint in [*producers.ROUTES, *admin.ROUTES]
     ]
     document = openapi.schema(table)
 
     async def openapi_json(_: Request) -> JSONResponse:
         return JSONResponse(document)
 
-    routes: list[Any] = [
+    endpoints: list[Any] = [
         *workers.routes(gateway),
-        *producers.routes(gateway),
+        *routes(gateway, producers.ROUTES),
+        *routes(gateway, admin.ROUTES),
         Route("/openapi.json", openapi_json, methods=["GET"]),
     ]
     starlette = Starlette(
-        routes=routes,
+        routes=endpoints,
         exception_handlers={404: _not_found, 405: _not_found, 500: _crashed},
         lifespan=_lifespan(app),
     )

@@ -70,6 +70,11 @@ class Keys:
             raise Refused(401, "this API key is revoked or expired")
         return key
 
+    def forget(self, key_id: str) -> None:
+        """Read ``key_id`` again at its next use (it was revoked here)."""
+        with self._lock:
+            self._cache.pop(key_id, None)
+
     def _key(self, key_id: str, read: bool) -> ApiKey | None:
         now = time.monotonic()
         with self._lock:
@@ -127,10 +132,11 @@ def _bearer(header: str | None) -> str | None:
     return value.strip()
 
 
-def require(key: ApiKey, action: str) -> None:
-    """Refused (403) unless ``key``'s role allows ``action`` (see ApiKey.may)."""
+def require(key: ApiKey, action: str, what: str = "do this") -> None:
+    """Refused (403) unless ``key``'s role allows ``action`` (see ApiKey.may), saying that
+    it may not ``what``."""
     if not key.may(action):
-        raise Refused(403, f"a {key.role.value} key may not do this")
+        raise Refused(403, f"a {key.role.value} key may not {what}")
 
 
 def require_queues(

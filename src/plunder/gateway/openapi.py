@@ -83,6 +83,14 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
         [], started={"type": "array", "items": _CLAIM}, lost=_BOOL
     ),
     ("/v1/jobs", "post"): _object(["jobs"], jobs={"type": "array", "items": _SPEC}, records=_BOOL),
+    ("/v1/keys", "post"): _object(
+        ["role"],
+        role={"enum": ["worker", "producer", "reader", "admin"]},
+        group=_STR,
+        queues=_STRS,
+        expires={"type": ["number", "string", "null"]},  # seconds, or "30d", "12h", "15m"
+        name={"type": "string", "maxLength": 200},
+    ),
 }
 
 SUMMARIES = {
@@ -95,6 +103,7 @@ SUMMARIES = {
     "next_due": "Seconds until the next delayed job of a claim request is due",
     "close": "Close a session; its unstarted jobs go back",
     "enqueue": "Enqueue jobs (one transaction)",
+    "list_jobs": "A page of jobs, newest first (any key but an admin's names a queue)",
     "get_job": "A job",
     "result": "A job once finished; ?wait= long-polls",
     "stream": "A job's stream as server-sent events (resumable: Last-Event-ID)",
@@ -103,8 +112,18 @@ SUMMARIES = {
     "cancel": "Cancel a job",
     "retry": "Retry a finished job",
     "task": "A task as its workers published it",
-    "keys_list": "The API keys (an admin key)",
+    "keys_list": "The API keys, never a secret (an admin key)",
+    "keys_create": "Make an API key; its secret is answered this once (an admin key)",
+    "keys_revoke": "Revoke an API key and end the sessions it opened (an admin key)",
 }
+_LIST: list[dict[str, Any]] = [
+    {"name": name, "in": "query", "required": False, "schema": schema}
+    for name, schema in (
+        ("queue", _STR), ("status", _STR), ("task", _STR),
+        ("after", {"type": "integer", "minimum": 0}),
+        ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
+    )
+]  # fmt: skip
 _WAIT = {"name": "wait", "in": "query", "required": False,
          "schema": {"type": "number", "minimum": 0, "maximum": 60}}  # fmt: skip
 
@@ -141,6 +160,8 @@ def schema(routes: list[tuple[str, str, str]]) -> dict[str, Any]:
         ]
         if name == "result":
             parameters.append(_WAIT)
+        if name == "list_jobs":
+            parameters.extend(_LIST)
         if parameters:
             operation["parameters"] = parameters
         request = BODIES.get((path, method.lower()))

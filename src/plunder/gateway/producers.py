@@ -1,4 +1,4 @@
-"""The producer's API over HTTP: enqueue, read, wait for a result (long-poll), follow a
+"""The producer's API over HTTP: enqueue, list, read, wait for a result (long-poll), follow a
 stream (server-sent events, resumable with ``Last-Event-ID``), cancel, retry.
 
 A key sees only the jobs of its group's queues (of its own, if it names any); a job it
@@ -18,17 +18,15 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 
 from plunder import errors, wire
-from plunder.access import ApiKey
+from plunder.access import ApiKey, Role
 from plunder.app import Job, StreamReader
 from plunder.gateway.auth import KEY_TTL, Refused
 from plunder.gateway.server import (
     MAX_WAIT,
     Gateway,
     body,
-    handler,
     integer,
     job_id,
     key_of,
@@ -68,6 +66,33 @@ async def enqueue(gateway: Gateway, request: Request) -> Response:
         return JSONResponse({"jobs": [wire.job_out(j) for j in jobs]}, status_code=201)
     ids = await run_in_threadpool(gateway.store.job_enqueue_ids, specs)
     return JSONResponse({"ids": ids}, status_code=201)
+
+
+async def list_jobs(gateway: Gateway, request: Request) -> Response:
+    """A page of jobs, newest first (``?queue= &status= &task= &after= &limit=``). An
+    admin key lists every queue; any other reading key names one queue it may use."""
+    key = await key_of(gateway, request, "read")
+    query = request.query_params
+    queue = query.get("queue")
+    if queue is None and key.role is not Role.ADMIN:
+        raise Refused(400, "name a queue (?queue=, plunder jobs --queue): only an admin key "
+                           "lists every queue")  # fmt: skip
+    if queue is not None:
+        await gateway.require_queues(key, [queue])
+    after = integer(request, "after", None, high=2**62)
+    limit = integer(request, "limit", None, high=MAX_LIST)
+    page = await run_in_threadpool(
+        lambda: gateway.store.job_list(
+            queue=queue,
+            status=query.get("status"),
+            task=query.get("task"),
+            after=after,
+            limit=50 if limit is None else limit,
+        )
+    )
+    return JSONResponse(
+        {"jobs": [wire.job_out(j) for j in page.jobs], "next_after": page.next_after}
+    )
 
 
 async def get_job(gateway: Gateway, request: Request) -> Response:
@@ -200,12 +225,6 @@ async def task(gateway: Gateway, request: Request) -> Response:
     return JSONResponse(wire.task_info_out(info))
 
 
-async def keys_list(gateway: Gateway, request: Request) -> Response:
-    await key_of(gateway, request, "admin")
-    found = await run_in_threadpool(gateway.store.key_list)
-    return JSONResponse({"keys": [k.public() for k in found]})
-
-
 async def health(gateway: Gateway, request: Request) -> Response:
     """For load balancers: 200 while the database answers, 503 otherwise."""
     now = await run_in_threadpool(gateway.store.now)
@@ -215,6 +234,7 @@ async def health(gateway: Gateway, request: Request) -> Response:
 ROUTES = [
     ("/v1/health", "GET", health),
     ("/v1/jobs", "POST", enqueue),
+    ("/v1/jobs", "GET", list_jobs),
     ("/v1/jobs/{job_id}", "GET", get_job),
     ("/v1/jobs/{job_id}/result", "GET", result),
     ("/v1/jobs/{job_id}/stream", "GET", stream),
@@ -223,15 +243,7 @@ ROUTES = [
     ("/v1/jobs/{job_id}/cancel", "POST", cancel),
     ("/v1/jobs/{job_id}/retry", "POST", retry),
     ("/v1/tasks/{name}", "GET", task),
-    ("/v1/keys", "GET", keys_list),
 ]
-
-
-def routes(gateway: Gateway) -> list[Route]:
-    return [
-        Route(path, handler(gateway, endpoint), methods=[method], name=endpoint.__name__)
-        for path, method, endpoint in ROUTES
-    ]
 
 
 def _waker(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> Callable[[], None]:

@@ -20,8 +20,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from plunder import errors, payload, wire
 from plunder.access import ApiKey
@@ -114,15 +115,16 @@ class Gateway:
         return session.key_id
 
 
-async def key_of(gateway: Gateway, request: Request, action: str) -> ApiKey:
-    """The request's key, allowed ``action`` (see ApiKey.may); Refused otherwise."""
+async def key_of(gateway: Gateway, request: Request, action: str, what: str = "do this") -> ApiKey:
+    """The request's key, allowed ``action`` (see ApiKey.may); Refused otherwise, saying
+    that it may not ``what``."""
     address = request.client.host if request.client else "?"
     header = request.headers.get("authorization")
     try:  # mostly known already: no thread, no database
         key = gateway.keys.check(header, address, read=False)
     except MustRead:
         key = await run_in_threadpool(gateway.keys.check, header, address)
-    require(key, action)
+    require(key, action, what)
     return key
 
 
@@ -190,6 +192,17 @@ def refusal(status: int, reason: str, kind: str = "Refused", **headers: str) -> 
     return JSONResponse({"error": reason, "type": kind}, status_code=status, headers=headers)
 
 
+Endpoint = Callable[["Gateway", Request], Awaitable[Response]]
+
+
+def routes(gateway: Gateway, table: Sequence[tuple[str, str, Endpoint]]) -> list[Route]:
+    """The routes of ``table`` (path, method, endpoint), each answered by ``handler``."""
+    return [
+        Route(path, handler(gateway, endpoint), methods=[method], name=endpoint.__name__)
+        for path, method, endpoint in table
+    ]
+
+
 def handler(
     gateway: Gateway, endpoint: Callable[[Gateway, Request], Awaitable[Response]]
 ) -> Callable[[Request], Awaitable[Response]]:
@@ -198,6 +211,10 @@ def handler(
     async def handle(request: Request) -> Response:
         try:
             return await endpoint(gateway, request)
+        except ClientDisconnect:  # it left mid-body: no one reads the answer, nothing done
+            log.info("%s %s: the client left before its body ended", request.method,
+                     request.url.path)  # fmt: skip
+            return refusal(400, "the request's body ended early")
         except Refused as exc:
             headers = {} if exc.retry_after is None else {"Retry-After": f"{exc.retry_after:.0f}"}
             return refusal(exc.status, exc.reason, **headers)

@@ -52,8 +52,8 @@ class Client:
     ) -> None:
         if not key:
             raise errors.ConfigError(
-                "a gateway needs an API key: pass key=... or set PLUNDER_KEY "
-                "(see `plunder keys create`)"
+                "a gateway needs an API key: set PLUNDER_KEY, or pass --key (the command "
+                "line) or key=... (Python); see `plunder keys create`"
             )
         self.urls = split_urls(url)
         self.url = ",".join(self.urls)

@@ -1,9 +1,10 @@
 """The producer's store through a gateway: ``plunder.App("https://host:8700", key=...)``.
 
-It offers what a producer and a reader use — enqueue, read, cancel, retry, runs, streams,
-published tasks — with waits done at the gateway (a result's long-poll, a stream's
-server-sent events). What needs the database itself (a worker's own operations, the
-janitor's, ``enqueue(conn=...)``) raises ConfigError naming what to use instead.
+It offers what a producer and a reader use — enqueue, list, read, cancel, retry, runs,
+streams, published tasks — and an admin's keys (make, list, revoke), with waits done at
+the gateway (a result's long-poll, a stream's server-sent events). What needs the
+database itself (a worker's own operations, the janitor's, ``enqueue(conn=...)``) raises
+ConfigError naming what to use instead.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any, NoReturn
 
 import httpx
 
-from plunder import errors, policy, wire
-from plunder.model import JobRecord, JobSpec, Run, StreamEvent, TaskInfo
+from plunder import access, errors, policy, wire
+from plunder.access import ApiKey
+from plunder.model import JobPage, JobRecord, JobSpec, Run, StreamEvent, TaskInfo
 from plunder.states import is_terminal
 from plunder.store.http.client import Client, error_of
 
@@ -35,12 +37,13 @@ class HttpStore:
     def __init__(self, url: str, *, key: str | None = None, **options: Any) -> None:
         key = key or os.environ.get("PLUNDER_KEY")
         verify = options.pop("verify", True)
+        busy_total = float(options.pop("busy_total", policy.BUSY_TOTAL))
         unknown = set(options) - _IGNORED
         if unknown:
             raise errors.ConfigError(
                 f"option(s) {', '.join(sorted(unknown))} do not apply to a gateway URL"
             )
-        self.client = Client(url, key, verify=verify)
+        self.client = Client(url, key, verify=verify, busy_total=busy_total)
         self.url = self.client.url
 
     def __repr__(self) -> str:
@@ -93,6 +96,24 @@ class HttpStore:
     def job_retry(self, job_id: int, *, now: Any = None) -> JobRecord:
         return wire.job_in(self.client.call("POST", f"/v1/jobs/{_id(job_id)}/retry"))
 
+    def job_list(
+        self,
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        task: str | None = None,
+        after: int | None = None,
+        limit: int = 50,
+    ) -> JobPage:
+        """A page of jobs, newest first: every queue's for an admin key; any other key
+        names a queue of its own."""
+        given = {"queue": queue, "status": status, "task": task, "after": after}
+        params = {name: value for name, value in given.items() if value is not None}
+        data = self.client.call("GET", "/v1/jobs", params={**params, "limit": limit})
+        after_id = data["next_after"]
+        return JobPage(tuple(wire.job_in(j) for j in data["jobs"]),
+                       None if after_id is None else int(after_id))  # fmt: skip
+
     def job_runs(self, job_id: int) -> list[Run]:
         data = self.client.call("GET", f"/v1/jobs/{_id(job_id)}/runs")
         return [wire.run_in(r) for r in data["runs"]]
@@ -108,6 +129,35 @@ class HttpStore:
             return wire.task_info_in(self.client.call("GET", f"/v1/tasks/{name}"))
         except errors.JobNotFound:  # the gateway's 404: no worker published it
             return None
+
+    # -- keys (an admin key's) ----------------------------------------------------------------
+    def key_create(
+        self,
+        *,
+        role: str,
+        group: str = access.DEFAULT_GROUP,
+        queues: Sequence[str] = (),
+        name: str = "",
+        expires_in: float | None = None,
+        now: Any = None,
+    ) -> tuple[ApiKey, str]:
+        if now is not None:
+            raise errors.ConfigError("through a gateway the database's clock decides 'now'")
+        body = {"role": role, "group": group, "queues": list(queues), "name": name,
+                "expires": expires_in}  # fmt: skip
+        # not sent twice: a lost answer would leave a key whose secret no one has
+        data = self.client.call("POST", "/v1/keys", json=body, idempotent=False)
+        return _key_in(data["key"]), str(data["secret"])
+
+    def key_list(self) -> list[ApiKey]:
+        return [_key_in(k) for k in self.client.call("GET", "/v1/keys")["keys"]]
+
+    def key_revoke(self, key_id: str, *, now: Any = None) -> tuple[ApiKey, list[str]]:
+        if now is not None:
+            raise errors.ConfigError("through a gateway the database's clock decides 'now'")
+        access.check_key_id(key_id)
+        data = self.client.call("POST", f"/v1/keys/{key_id}/revoke")
+        return _key_in(data["key"]), [str(s) for s in data["sessions_ended"]]
 
     # -- waits at the gateway ----------------------------------------------------------------
     def job_wait(self, job_id: int, timeout: float | None) -> JobRecord:
@@ -185,6 +235,23 @@ def _id(job_id: int) -> int:
     if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id < 1:
         raise errors.JobNotFound(f"no job {job_id!r}")
     return job_id
+
+
+def _key_in(data: Any) -> ApiKey:
+    """A key as the gateway answers it (ApiKey.public: never its hash)."""
+    fields = wire.Fields(data, "a key")
+    key = ApiKey(
+        id=access.check_key_id(fields.take("id", str)),
+        name=fields.take("name", str),
+        role=access.check_role(fields.take("role", str)),
+        group=fields.take("group", str),
+        queues=fields.strings("queues"),
+        created_at=wire.time_in(fields.take("created_at", str), "a key's 'created_at'"),
+        expires_at=fields.time("expires_at"),
+        revoked_at=fields.time("revoked_at"),
+    )
+    fields.done()
+    return key
 
 
 def _refusal(answer: Any, url: str) -> Exception:

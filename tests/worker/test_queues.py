@@ -12,9 +12,14 @@ import time
 import pytest
 
 from plunder import errors
+from plunder.context import LinkSink
+from plunder.membership import Membership
 from plunder.model import JobSpec
+from plunder.protocol import Hello
+from plunder.slots import Slots
 from plunder.states import Outcome, Status
 from plunder.store import Store
+from tests.support.memlink import MemoryLink
 from tests.worker.conftest import ROOT, Workers, session_of, wait_for, worker_in_thread
 
 HEARTBEAT = 0.2  # the FAST interval of tests.worker.conftest
@@ -164,3 +169,26 @@ def test_join_and_leave_in_process(store_url: str, store: Store) -> None:
         assert store.session_heartbeat(worker.session.id).queues == ("default", "extra")
         with pytest.raises(errors.InvalidName):
             worker.join("not a queue")
+
+
+def test_an_answer_older_than_the_workers_own_change_does_not_undo_it() -> None:
+    """A heartbeat sent before worker.join() and answered after it names the old queues:
+    taken, it would undo the join until the next beat."""
+    link = MemoryLink()
+    hello = Hello("w", "host", 1, ("a",), (), expiry=5.0)
+    session = link.open(hello)
+    slots = Slots(1, pool=None, task=lambda name: None, sink=LinkSink(link), on_stream=print)
+    try:
+        membership = Membership(["a"], slots, grace=1.0)
+        before = time.monotonic()
+        assert membership.change(link, session, add=["b"]) == ("a", "b")
+        membership.heard(("a",), before)  # the old beat's answer, arriving late
+        membership.follow(link, session)
+        assert membership.queues == ["a", "b"]
+        membership.heard(("b",), time.monotonic())  # a later beat: "a" was left elsewhere
+        membership.follow(link, session)
+        assert membership.queues == ["b"]
+        with pytest.raises(errors.SessionGone):
+            membership.change(link, None, add=["c"])
+    finally:
+        slots.close()

@@ -169,6 +169,12 @@ def test_join_and_leave_in_process(store_url: str, store: Store) -> None:
         assert store.session_heartbeat(worker.session.id).queues == ("default", "extra")
         with pytest.raises(errors.InvalidName):
             worker.join("not a queue")
+        # every queue left: the worker lives on, claims nothing, and may join again
+        assert worker.leave("default", "extra") == ()
+        wait_for(lambda: worker.queues == [], what="the main loop to follow")
+        (later,) = store.job_enqueue_many([JobSpec("add", [5, 5])])
+        assert worker.join("default") == ("default",)
+        wait_for(lambda: _status(store, later.id) == Status.SUCCEEDED, what="a job joined again")
 
 
 def test_an_answer_older_than_the_workers_own_change_does_not_undo_it() -> None:

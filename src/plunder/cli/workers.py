@@ -40,7 +40,10 @@ def worker_queues(
             )
         store = state.store()
         found = _live_session(store, session)
-        changed = store.session_queues(found.id, add=_names(add), remove=_names(remove))
+        added, removed = _names(add), _names(remove)
+        changed = found
+        if added or removed:
+            changed = store.session_queues(found.id, add=added, remove=removed)
         if as_json:
             emit_json(changed)
             return

@@ -40,9 +40,13 @@ class Membership:
     """The queues of a worker (``queues``, its list, changed in place by the main thread
     alone) as its session's row has them, and the jobs of the queues it left."""
 
-    def __init__(self, queues: list[str], slots: Slots, *, grace: float) -> None:
-        """``grace``: seconds the running jobs of a left queue have to finish."""
+    def __init__(
+        self, queues: list[str], slots: Slots, *, grace: float, defaults: Sequence[str] = ()
+    ) -> None:
+        """``grace``: seconds the running jobs of a left queue have to finish;
+        ``defaults``: the queues the app's tasks name (another is likely a typo)."""
         self.queues = queues
+        self.defaults = frozenset(defaults)
         self.slots = slots
         self.grace = grace
         self._on_work: Callable[[list[str]], Callable[[], None]] | None = None
@@ -134,6 +138,13 @@ class Membership:
             ",".join(joined) or "none",
             ",".join(left) or "none",
         )
+        unknown = [q for q in joined if q not in self.defaults]
+        if unknown and self.defaults:  # as -q allows: jobs enqueued there with queue=...
+            log.warning(
+                "joined queue(s) %s, which no task of this app names: only jobs enqueued "
+                "there with queue=... run here",
+                ",".join(unknown),
+            )
 
     def _look_for_leavers(self, now: float) -> None:
         """Running jobs of queues the worker left get the grace period, from now."""

@@ -123,7 +123,9 @@ class Worker:
             sink=sink,
             on_stream=self._stream_wake.set,
         )
-        self._membership = Membership(self.queues, self._slots, grace=options.grace)
+        self._membership = Membership(
+            self.queues, self._slots, grace=options.grace, defaults=app.registry.queues()
+        )
         self._turns = self._make_turns()
         self._liveness = self._make_liveness()
         self._services_stop = threading.Event()

@@ -69,6 +69,8 @@ def test_a_queue_joined_from_the_command_line_is_claimed_within_heartbeats(
     assert store.job_get(job.id).result == 5
     assert [s.queues for s in store.session_list()] == [("default", "extra")]
     assert "joined: extra" in workers.log(0)
+    # no task of the app names "extra" (a typo looks the same): said, and joined anyway
+    assert "joined queue(s) extra, which no task of this app names" in workers.log(0)
 
 
 def test_a_left_queue_is_claimed_no_more_and_its_running_job_finishes(

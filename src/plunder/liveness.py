@@ -44,10 +44,12 @@ class Liveness:
         stop: Callable[[Sequence[Claim]], None],
         lost: Callable[[], None],
         free: Callable[[], int] | None = None,
+        queues: Callable[[tuple[str, ...], float], None] | None = None,
     ) -> None:
         """``session()``: the session to keep (None while there is none); ``quiet()``: no
         heartbeat now (the session is lost already, or being closed); ``claims()``: the
-        claims the worker holds; ``free()``: its free slots, recorded with each heartbeat.
+        claims the worker holds; ``free()``: its free slots, recorded with each heartbeat;
+        ``queues(queues, sent)``: the session's queues, as a heartbeat sent then had them.
         ``stop`` and ``lost`` are called with what a heartbeat or the watchdog found;
         ``deadlines`` say when (see WorkerDeadlines)."""
         self.link = link
@@ -58,6 +60,7 @@ class Liveness:
         self._stop = stop
         self._lost = lost
         self._free = free
+        self._queues = queues
         self._lock = threading.Lock()
         self._unknown: set[Claim] = set()  # reported, not yet looked at
         self._unknown_at = 0.0  # when a report last came in (time.monotonic())
@@ -93,12 +96,18 @@ class Liveness:
             log.error("session %s is gone (expired or closed by the database clock)", session.id)
             self._lost()
             return
+        self._renewed(beat, started)
+
+    def _renewed(self, beat: Heartbeat, started: float) -> None:
+        """What a heartbeat that renewed the session (sent at ``started``) says."""
         # trust starts from when the renewal was sent, never from when a slow one returned
         self.last_beat = started
         if beat.stop:
             self._stop(beat.stop)
         if beat.unknown:
             self.report_unknown(beat.unknown)
+        if beat.queues is not None and self._queues is not None:
+            self._queues(beat.queues, started)
 
     def report_unknown(self, claims: Sequence[Claim]) -> None:
         """Claims the database has running under the session that the worker did not

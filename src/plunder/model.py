@@ -304,6 +304,9 @@ class Heartbeat:
     expires_at: datetime | None
     stop: tuple[Claim, ...] = ()
     unknown: tuple[Claim, ...] = ()
+    # the session's queues as the database has them (changed by session_queues); None
+    # where the answer does not say (a gateway older than this field)
+    queues: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

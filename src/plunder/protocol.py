@@ -7,6 +7,7 @@
    exchange(session, outcomes, ClaimRequest) ▶  results of finished attempts in (each fenced
                                                 by its claim); at most N new jobs out
    append(claim, events) ────────────────────▶  stream events and progress, fenced
+   change_queues(session, add, remove) ──────▶  queues joined and left; the session's now
    next_due(ClaimRequest) ───────────────────▶  seconds until the next delayed job is due
    close(session, started) ──────────────────▶  its unfinished jobs given back at once
 ```
@@ -138,6 +139,14 @@ class WorkerProtocol(Protocol):
     ) -> Reply: ...
 
     def append(self, claim: Claim, events: Sequence[tuple[str, Any]]) -> None: ...
+
+    def change_queues(
+        self, session_id: str, *, add: Sequence[str] = (), remove: Sequence[str] = ()
+    ) -> tuple[str, ...]:
+        """The session joins ``add`` and leaves ``remove`` (one guarded update where the
+        session lives); its queues now. Each heartbeat answers with them too
+        (``Heartbeat.queues``), so a change made elsewhere reaches the worker."""
+        ...
 
     def watch(self, session_id: str, queues: Sequence[str], wait: float) -> bool:
         """Where ``long_polls``: wait up to ``wait`` seconds for work to arrive in

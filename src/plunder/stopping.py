@@ -20,8 +20,11 @@ plunder.pool): its slot frees when it is dead.
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 from dataclasses import dataclass
+from types import FrameType
 
 from plunder.execution import Handle
 
@@ -96,3 +99,26 @@ class Stopping:
         """The monotonic time of the next report, if any is still to come."""
         due = [s.since + self.grace for s in self._stopped.values() if not s.reported]
         return min(due) if due else None
+
+
+def install_signals(stop: threading.Event, halt: threading.Event, grace: float) -> None:
+    """SIGTERM or SIGINT sets ``stop`` (a graceful stop: running jobs get ``grace``
+    seconds); a second one sets ``halt`` too (at once)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            log.warning(
+                "second signal: stopping at once; running jobs will be rescued "
+                "when this session expires"
+            )
+            halt.set()
+        else:
+            log.info(
+                "signal %d: finishing running jobs (grace %.0fs), claiming no more",
+                signum,
+                grace,
+            )
+            stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

@@ -224,6 +224,8 @@ class Turns:
         pipe, session = self.pipe, self._session()
         if pipe is None or self._stopping() or self._given_up() or session is None:
             return False
+        if not self.queues:  # it left every queue (plunder.membership): nothing to claim
+            return False
         limit = min(free - pipe.claiming, self.share())
         if limit <= 0:
             return False

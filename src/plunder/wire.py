@@ -245,21 +245,28 @@ def beat_in(data: Any, session_id: str) -> Beat:
 
 
 def heartbeat_out(beat: Heartbeat) -> dict[str, Any]:
-    return {
+    """``queues`` only where the answer has them: a worker older than the field refuses
+    it (the gateway gives them to a worker that asks)."""
+    data: dict[str, Any] = {
         "alive": beat.alive,
         "expires_at": time_out(beat.expires_at),
         "stop": [claim_out(c) for c in beat.stop],
         "unknown": [claim_out(c) for c in beat.unknown],
     }
+    if beat.queues is not None:
+        data["queues"] = list(beat.queues)
+    return data
 
 
 def heartbeat_in(data: Any) -> Heartbeat:
     f = Fields(data, "a heartbeat's answer")
+    queues = f.strings("queues", None)  # None from a gateway older than the field
     beat = Heartbeat(
         alive=f.take("alive", bool),
         expires_at=f.time("expires_at"),
         stop=tuple(f.items("stop", claim_in)),
         unknown=tuple(f.items("unknown", claim_in)),
+        queues=None if queues is None else tuple(queues),
     )
     f.done()
     return beat

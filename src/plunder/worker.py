@@ -27,21 +27,20 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
 
-from plunder import errors, policy
+from plunder import errors, policy, stopping
 from plunder.app import App
 from plunder.config import WorkerDeadlines
 from plunder.context import LinkSink, Sink
 from plunder.execution import stream_loop
 from plunder.janitor import Janitor, own_store
 from plunder.liveness import Liveness
+from plunder.membership import Membership
 from plunder.model import AckResult, Claim, Session
 from plunder.protocol import Hello, WorkerProtocol
 from plunder.slots import Slots, Wake
@@ -124,6 +123,9 @@ class Worker:
             sink=sink,
             on_stream=self._stream_wake.set,
         )
+        self._membership = Membership(
+            self.queues, self._slots, grace=options.grace, defaults=app.registry.queues()
+        )
         self._turns = self._make_turns()
         self._liveness = self._make_liveness()
         self._services_stop = threading.Event()
@@ -172,13 +174,14 @@ class Worker:
             ),
             lost=self._lose_session,
             free=self._free_slots,
+            queues=self._membership.heard,
         )
 
     # -- lifecycle ------------------------------------------------------------------------
     def run(self, *, install_signals: bool = True) -> None:
         """Work until asked to stop (SIGTERM/SIGINT, or ``stop()``)."""
         if install_signals:
-            self._install_signals()
+            stopping.install_signals(self._stop, self._halt, self.options.grace)
         self._open_session()
         self._start_services()  # heartbeats first: ready() may wait for connections
         if not self._halt.is_set():
@@ -204,6 +207,16 @@ class Worker:
                 if self._owns_store and self.store is not None:
                     self.store.close()
 
+    def join(self, *queues: str) -> tuple[str, ...]:
+        """Claim from ``queues`` too, from now on (from any thread, while ``run()`` has a
+        session); the session's queues after. See plunder.membership."""
+        return self._membership.change(self.link, self.session, add=queues)
+
+    def leave(self, *queues: str) -> tuple[str, ...]:
+        """Claim no more from ``queues``: their running jobs have the grace period to
+        finish, then go back to the queue. The session's queues after."""
+        return self._membership.change(self.link, self.session, remove=queues)
+
     def stop(self, *, graceful: bool = True) -> None:
         if not graceful:
             self._halt.set()
@@ -213,25 +226,6 @@ class Worker:
         """The slots free for new jobs (none once stopping), as the session records them
         at each heartbeat: from any thread."""
         return 0 if self._stop.is_set() else self._slots.free()
-
-    def _install_signals(self) -> None:
-        def handler(signum: int, frame: FrameType | None) -> None:
-            if self._stop.is_set():
-                log.warning(
-                    "second signal: stopping at once; running jobs will be rescued "
-                    "when this session expires"
-                )
-                self._halt.set()
-            else:
-                log.info(
-                    "signal %d: finishing running jobs (grace %.0fs), claiming no more",
-                    signum,
-                    self.options.grace,
-                )
-                self._stop.set()
-
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
 
     def _open_session(self) -> None:
         backoff = 0.1
@@ -296,13 +290,14 @@ class Worker:
         if self.store is None:
             return []
         hub = self.app.hub
+        self._membership.watch(lambda queues: hub.on_work(queues, self._wake))
         return [
             hub.every(
                 self.deadlines.heartbeat_interval,
                 self._liveness.beat,
                 deadline=self.deadlines.heartbeat_timeout,
             ),
-            hub.on_work(self.queues, self._wake),
+            self._membership.unwatch,
         ]
 
     def _beat_loop(self) -> None:
@@ -324,13 +319,14 @@ class Worker:
         results out, as many jobs in as slots are free. Wait only with nothing to do."""
         if self._session_lost.is_set():
             self._renew_session()
+        self._membership.follow(self.link, self.session)
         slots, turns = self._slots, self._turns
         slots.collect(block=False)
         if not turns.in_flight():
             turns.linger()
         slots.enforce_deadlines()
         self._give_back_unknown()
-        free = 0 if self._stop.is_set() else slots.concurrency - slots.busy()
+        free = 0 if self._stop.is_set() or not self.queues else slots.concurrency - slots.busy()
         if turns.turn(free):
             self._looked_again = False
             if turns.more:
@@ -344,6 +340,7 @@ class Worker:
         next due delayed job (database clock) or the next task deadline."""
         wait = self.settings.poll_interval
         free = self._slots.busy() < self.options.concurrency and not self._stop.is_set()
+        free = free and bool(self.queues)  # none left: nothing to claim
         if free and self.link.long_polls and not self._slots.busy():
             return 0.0  # the exchange itself waits for work, at the far end
         if free:
@@ -362,7 +359,8 @@ class Worker:
                 wait = min(wait, max(due, MIN_WAIT))
             # still due now and not claimed: locked by another worker or left to the others
             # that did not fail it yet; a wake-up or the poll interval brings us back
-        return min(wait, max(0.0, self._slots.next_due() - time.monotonic()))
+        due = min(self._slots.next_due(), self._membership.next_due())
+        return min(wait, max(0.0, due - time.monotonic()))
 
     def _give_back_unknown(self) -> None:
         """Claims the heartbeat reported that no task runs (see Liveness.give_back)."""

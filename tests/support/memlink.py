@@ -119,7 +119,8 @@ class MemoryLink:
             if beat.session_id not in self.sessions:
                 return Heartbeat(False, None)
             stop = tuple(c for c in beat.running if not self._current(c))
-            return Heartbeat(True, _now() + timedelta(seconds=5), stop=stop)
+            queues = self.sessions[beat.session_id].queues
+            return Heartbeat(True, _now() + timedelta(seconds=5), stop=stop, queues=queues)
 
     def exchange(
         self, session_id: str, outcomes: Sequence[Outcome], claim: ClaimRequest | None
@@ -137,6 +138,19 @@ class MemoryLink:
             if not self._current(claim):
                 raise errors.StaleClaim(f"job {claim.job_id}: the claim is no longer current")
             self.events += [(claim, kind, data) for kind, data in events]
+
+    def change_queues(
+        self, session_id: str, *, add: Sequence[str] = (), remove: Sequence[str] = ()
+    ) -> tuple[str, ...]:
+        with self._lock:
+            self.calls.append("change_queues")
+            session = self.sessions.get(session_id)
+            if session is None:
+                raise errors.SessionGone(f"session {session_id} has expired or was closed")
+            joined = dict.fromkeys([*session.queues, *add])
+            queues = tuple(q for q in joined if q not in remove)
+            self.sessions[session_id] = replace(session, queues=queues)
+            return queues
 
     def watch(self, session_id: str, queues: Sequence[str], wait: float) -> bool:
         return True  # never asked: it does not long-poll

@@ -82,6 +82,7 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("/v1/sessions/{session_id}/close", "post"): _object(
         [], started={"type": "array", "items": _CLAIM}, lost=_BOOL
     ),
+    ("/v1/sessions/{session_id}/queues", "post"): _object([], add=_STRS, remove=_STRS),
     ("/v1/jobs", "post"): _object(["jobs"], jobs={"type": "array", "items": _SPEC}, records=_BOOL),
     ("/v1/keys", "post"): _object(
         ["role"],
@@ -102,6 +103,7 @@ SUMMARIES = {
     "watch": "Wait for work in some queues (claims nothing)",
     "next_due": "Seconds until the next delayed job of a claim request is due",
     "close": "Close a session; its unstarted jobs go back",
+    "queues": "Join and leave queues (those the key may use); the session's queues now",
     "enqueue": "Enqueue jobs (one transaction)",
     "list_jobs": "A page of jobs, newest first (any key but an admin's names a queue)",
     "get_job": "A job",
@@ -126,6 +128,9 @@ _LIST: list[dict[str, Any]] = [
 ]  # fmt: skip
 _WAIT = {"name": "wait", "in": "query", "required": False,
          "schema": {"type": "number", "minimum": 0, "maximum": 60}}  # fmt: skip
+# any value: the heartbeat's answer names the session's queues (those the key may use)
+_QUEUES = {"name": "queues", "in": "query", "required": False, "schema": _STR}
+_QUERY = {"result": [_WAIT], "heartbeat": [_QUEUES], "list_jobs": _LIST}
 
 
 def schema(routes: list[tuple[str, str, str]]) -> dict[str, Any]:
@@ -158,10 +163,7 @@ def schema(routes: list[tuple[str, str, str]]) -> dict[str, Any]:
             }
             for p in _path_parameters(path)
         ]
-        if name == "result":
-            parameters.append(_WAIT)
-        if name == "list_jobs":
-            parameters.extend(_LIST)
+        parameters += _QUERY.get(name, [])
         if parameters:
             operation["parameters"] = parameters
         request = BODIES.get((path, method.lower()))

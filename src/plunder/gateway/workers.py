@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -41,6 +42,7 @@ ROUTES = [
     ("/v1/sessions/{session_id}/watch", "POST", "watch"),
     ("/v1/sessions/{session_id}/next-due", "POST", "next_due"),
     ("/v1/sessions/{session_id}/close", "POST", "close"),
+    ("/v1/sessions/{session_id}/queues", "POST", "queues"),
 ]
 
 
@@ -79,11 +81,34 @@ async def open_session(gateway: Gateway, request: Request) -> Response:
 
 
 async def heartbeat(gateway: Gateway, request: Request) -> Response:
-    _, session_id, data = await _session(gateway, request)
+    key, session_id, data = await _session(gateway, request)
     beat = wire.beat_in(data, session_id)
     _own_claims(session_id, beat.running)
     answer = await run_in_threadpool(gateway.link.heartbeat, beat)
-    return JSONResponse(wire.heartbeat_out(answer))
+    # the session's queues to a worker that asks (an older one would refuse the field),
+    # only those its key may use: another may have been joined by someone with the database
+    queues = None
+    if request.query_params.get("queues") and answer.queues is not None:
+        queues = await _served(gateway, key, answer.queues)
+    return JSONResponse(wire.heartbeat_out(dataclasses.replace(answer, queues=queues)))
+
+
+async def _served(gateway: Gateway, key: ApiKey, queues: Sequence[str]) -> tuple[str, ...]:
+    groups = await gateway.known_groups()
+    return tuple(q for q in queues if key.serves(q, groups))
+
+
+async def change_queues(gateway: Gateway, request: Request) -> Response:
+    """A remote worker joins and leaves queues: only queues its key may use."""
+    key, session_id, data = await _session(gateway, request)
+    fields = wire.Fields(data, "a change of queues")
+    add, remove = fields.strings("add", ()), fields.strings("remove", ())
+    fields.done()
+    await gateway.require_queues(key, add)
+    session = await run_in_threadpool(
+        lambda: gateway.store.session_queues(session_id, add=add, remove=remove)
+    )
+    return JSONResponse({"queues": list(await _served(gateway, key, session.queues))})
 
 
 async def exchange(gateway: Gateway, request: Request) -> Response:
@@ -211,6 +236,7 @@ _ENDPOINTS = {
     "watch": watch,
     "next_due": next_due,
     "close": close,
+    "queues": change_queues,
 }
 
 

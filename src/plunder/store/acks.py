@@ -142,8 +142,11 @@ class Acks:
                 "error": payload.encode(f.error.as_dict(), what="error"),
                 "retry": f.retry_delay is not None,
                 "delay": convert.non_negative("retry delay", f.retry_delay or 0.0),
+                # a lost run ends as the reaper ends one (its worker gave it up unfinished)
                 "final_status": (
-                    Status.TIMED_OUT if f.outcome == Outcome.TIMED_OUT else Status.FAILED
+                    Status.TIMED_OUT
+                    if f.outcome in (Outcome.TIMED_OUT, Outcome.LOST)
+                    else Status.FAILED
                 ).value,
             }
             for f in failures

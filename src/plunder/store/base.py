@@ -302,6 +302,10 @@ class Store(Protocol):
         task has a free slot."""
         ...
 
+    def session_queues(  # joins and leaves, one guarded update (plunder.store.sessions)
+        self, session_id: str, *, add: Sequence[str] = (), remove: Sequence[str] = ()
+    ) -> Session: ...
+
     def notifications(
         self, *, listen: bool, application_name: str, statement_timeout: float | None = None
     ) -> Notifications:

@@ -81,6 +81,11 @@ class StoreLink:
     def append(self, claim: Claim, events: Sequence[tuple[str, Any]]) -> None:
         self.store.stream_append(claim, events)
 
+    def change_queues(
+        self, session_id: str, *, add: Sequence[str] = (), remove: Sequence[str] = ()
+    ) -> tuple[str, ...]:
+        return self.store.session_queues(session_id, add=add, remove=remove).queues
+
     def watch(self, session_id: str, queues: Sequence[str], wait: float) -> bool:
         return True  # never asked: the worker's hub wakes it
 

@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from plunder import payload
+from plunder import errors, payload
 from plunder.model import Claim, Heartbeat, Session, TaskInfo
 from plunder.states import Status
 from plunder.store import convert
@@ -23,6 +23,17 @@ from plunder.store.engine import Engine
 from plunder.store.maintenance import Maintenance
 
 MAX_SLOTS = 1_000_000  # free slots a session may report (the column is an INTEGER)
+MAX_QUEUES = 1_000  # queues one change may name
+
+
+def check_queues(queues: Sequence[str], what: str) -> list[str]:
+    """Queue names, each checked, each once, in order; at most MAX_QUEUES."""
+    if isinstance(queues, str):
+        raise errors.InvalidName(f"{what}: a list of queue names, not one string")
+    names = list(dict.fromkeys(payload.check_queue(q) for q in queues))
+    if len(names) > MAX_QUEUES:
+        raise errors.InvalidName(f"{what}: at most {MAX_QUEUES} queues, not {len(names)}")
+    return names
 
 
 def _publish_rows(tasks: Sequence[TaskInfo]) -> list[dict[str, Any]]:
@@ -132,11 +143,42 @@ class Sessions:
                 expires_at=self.engine.time(row["expires_at"]),
                 stop=stop,
                 unknown=tuple(unknown),
+                queues=tuple(self.engine.list_out(row["queues"])),
             )
 
         if conn is not None:
             return self.engine.run_on(op, conn)
         return self.engine.run(op)
+
+    def session_queues(
+        self,
+        session_id: str,
+        *,
+        add: Sequence[str] = (),
+        remove: Sequence[str] = (),
+        now: Now = None,
+    ) -> Session:
+        """The live session joins the queues ``add`` and leaves ``remove``, in one guarded
+        update (see session_queues in queries.sql): changes made at once from several
+        processes all count. The session as it is now; SessionGone if it is not live."""
+        add, remove = check_queues(add, "add"), check_queues(remove, "remove")
+        both = sorted(set(add) & set(remove))
+        if both:
+            raise errors.InvalidName(f"a queue both added and removed: {', '.join(both)}")
+
+        def op(tx: Tx) -> Any:
+            return tx.one(
+                "session_queues",
+                session_id=session_id,
+                add=self.engine.list_in(add),
+                remove=self.engine.list_in(remove),
+                now=tx.clock(now),
+            )
+
+        row = self.engine.run(op)
+        if row is None:
+            raise errors.SessionGone(f"no live session {session_id[:40]!r}")
+        return self.engine.session(row)
 
     def session_close(
         self,

@@ -217,6 +217,16 @@ class SQLStore:
             session_id, running, free_slots=free_slots, now=now, conn=conn
         )
 
+    def session_queues(
+        self,
+        session_id: str,
+        *,
+        add: Sequence[str] = (),
+        remove: Sequence[str] = (),
+        now: Now = None,
+    ) -> Session:
+        return self.sessions.session_queues(session_id, add=add, remove=remove, now=now)
+
     def session_close(
         self,
         session_id: str,

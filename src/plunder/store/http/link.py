@@ -36,8 +36,13 @@ class HttpLink:
 
     def heartbeat(self, beat: Beat, *, via: Any = None) -> Heartbeat:
         path = f"/v1/sessions/{beat.session_id}/heartbeat"
+        # asks for the session's queues (a gateway older than that ignores the parameter)
         answer = self.client.call(
-            "POST", path, json=wire.beat_out(beat), timeout=self.heartbeat_timeout
+            "POST",
+            path,
+            json=wire.beat_out(beat),
+            params={"queues": "1"},
+            timeout=self.heartbeat_timeout,
         )
         return wire.heartbeat_in(answer)
 
@@ -64,6 +69,16 @@ class HttpLink:
                 "events": [{"kind": kind, "data": data} for kind, data in events],
             },
         )
+
+    def change_queues(
+        self, session_id: str, *, add: Sequence[str] = (), remove: Sequence[str] = ()
+    ) -> tuple[str, ...]:
+        data = self.client.call(
+            "POST",
+            f"/v1/sessions/{session_id}/queues",
+            json={"add": list(add), "remove": list(remove)},
+        )
+        return wire.Fields(data, "a session's queues").strings("queues")
 
     def watch(self, session_id: str, queues: Sequence[str], wait: float) -> bool:
         data = self.client.call(

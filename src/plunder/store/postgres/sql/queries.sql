@@ -621,6 +621,20 @@ FROM clock
 WHERE s.id = %(session_id)s AND s.expires_at > clock.now
 RETURNING s.*;
 
+-- name: session_queues
+-- A live session joins :add (after the queues it has, in order) and leaves :remove, in one
+-- statement: set union and difference on the row as it is when the update takes its lock,
+-- so two changes at once both count (the second re-reads the row the first wrote).
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+UPDATE plunder_sessions AS s
+SET queues = ARRAY(
+    SELECT u.q FROM unnest(s.queues || %(add)s::text[]) WITH ORDINALITY AS u(q, n)
+    WHERE u.q <> ALL(%(remove)s::text[])
+    GROUP BY u.q ORDER BY min(u.n))
+FROM clock
+WHERE s.id = %(session_id)s AND s.expires_at > clock.now
+RETURNING s.*;
+
 -- name: task_publish
 -- batch. The options of a task a worker serves, written in the transaction that opens its
 -- session: the last worker to open a session decides a task's options. A batch names each

@@ -397,6 +397,22 @@ SET heartbeat_at = :now, expires_at = :now + expiry,
 WHERE id = :session_id AND expires_at > :now
 RETURNING *;
 
+-- name: session_queues
+-- A live session joins :add (after the queues it has, in order) and leaves :remove, in one
+-- statement: set union and difference on the row as the write lock finds it, so two
+-- changes at once both count.
+UPDATE plunder_sessions
+SET queues = (
+    SELECT json_group_array(q) FROM (
+        SELECT q FROM (
+            SELECT value AS q, key AS n FROM json_each(plunder_sessions.queues)
+            UNION ALL
+            SELECT value, 1000000 + key FROM json_each(:add))
+        WHERE q NOT IN (SELECT value FROM json_each(:remove))
+        GROUP BY q ORDER BY min(n)))
+WHERE id = :session_id AND expires_at > :now
+RETURNING *;
+
 -- name: task_publish
 -- batch. The options of a task a worker serves, written in the transaction that opens its
 -- session: the last worker to open a session decides a task's options.

@@ -681,7 +681,8 @@ WHERE limit_key = :key AND status IN ('pending', 'running') AND run_at < 6406058
 
 -- name: limit_admit
 -- Up to :n of the key's held jobs that are due, the first due first, admitted: back to
--- their due time, where a claim takes them in their place.
+-- their due time, where a claim takes them in their place. (A REAL that large keeps its
+-- time to some 30 microseconds: a job admitted may be due that much later than it was.)
 UPDATE plunder_jobs
 SET run_at = run_at - 200000000000
 WHERE id IN (

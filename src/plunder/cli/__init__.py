@@ -11,7 +11,7 @@ demo and bench), and print through ``output``.
 
 from __future__ import annotations
 
-from plunder.cli import database, gateway, jobs, run, showcase
+from plunder.cli import database, gateway, jobs, limits, run, showcase
 from plunder.cli.root import main
 
 __all__ = ["main"]
@@ -28,6 +28,7 @@ for command in (
     jobs.retry,
     gateway.serve,
     gateway.keys,
+    limits.limits,
     showcase.demo,
     showcase.bench,
 ):

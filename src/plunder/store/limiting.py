@@ -7,7 +7,7 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Protocol
 
-from plunder.model import LimitState
+from plunder.model import Claim, LimitState
 
 Now = datetime | None
 
@@ -31,6 +31,13 @@ class LimitOps(Protocol):
     def limit_pause(self, key: str, seconds: float, *, now: Now = None) -> datetime:
         """Admit none of the key's jobs for ``seconds`` (a longer pause already set stays);
         its jobs admitted but not claimed are held again. Returns when the pause ends."""
+        ...
+
+    def job_pause_limit(
+        self, claim: Claim, key: str, seconds: float, *, now: Now = None
+    ) -> datetime:
+        """limit_pause, and in the same transaction the claimed job given back to wait for
+        the pause's end (fenced; without spending an attempt). StaleClaim if not current."""
         ...
 
     def limit_resume(self, key: str, *, now: Now = None) -> bool:

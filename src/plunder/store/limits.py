@@ -24,12 +24,12 @@ paused key's jobs never run during its pause.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Any
 
 from plunder import errors
-from plunder.model import JobSpec, Limit, LimitState, rate_parts
+from plunder.model import Claim, JobSpec, Limit, LimitState, rate_parts
 from plunder.store import convert
 from plunder.store.driver import Now, Tx
 from plunder.store.engine import CHANNEL_ENQUEUED, Engine
@@ -45,6 +45,13 @@ def rate_text(count: int | None, period: float | None) -> str | None:
     if count is None or period is None:
         return None
     return f"{count}/{_UNITS.get(period, f'{period:g}s')}"
+
+
+def _pause_seconds(seconds: float) -> float:
+    seconds = convert.non_negative("pause seconds", seconds)
+    if seconds > MAX_PAUSE:
+        raise ValueError(f"a pause may last at most {MAX_PAUSE:g} seconds, not {seconds}")
+    return seconds
 
 
 def _rate_columns(rate: str | None) -> tuple[int | None, float | None]:
@@ -149,16 +156,40 @@ class Limits:
         """Admit none of the key's jobs for ``seconds`` (a pause that ends later stays), and
         hold again those admitted that no claim took yet; returns the end of the pause."""
         Limit(key)
-        seconds = convert.non_negative("pause seconds", seconds)
-        if seconds > MAX_PAUSE:
-            raise ValueError(f"a pause may last at most {MAX_PAUSE:g} seconds, not {seconds}")
+        seconds = _pause_seconds(seconds)
+        return self.engine.time(
+            self.engine.run(lambda tx: self._pause(tx, key, seconds, tx.clock(now)))
+        )
+
+    def _pause(self, tx: Tx, key: str, seconds: float, clock: Any) -> Any:
+        row = tx.one("limit_pause", key=key, seconds=seconds, now=clock)
+        tx.all("limit_hold", key=key)
+        assert row is not None
+        return row["paused_until"]
+
+    def pause_claim(
+        self,
+        claim: Claim,
+        key: str,
+        seconds: float,
+        release: Callable[[Tx, list[Claim], Any], list[Claim]],
+        *,
+        now: Now = None,
+    ) -> datetime:
+        """limit_pause, and the job of ``claim`` given back (``release``, fenced: held,
+        without spending an attempt), in one transaction; StaleClaim if it is not current."""
+        Limit(key)
+        seconds = _pause_seconds(seconds)
 
         def op(tx: Tx) -> Any:
             clock = tx.clock(now)
-            row = tx.one("limit_pause", key=key, seconds=seconds, now=clock)
-            tx.all("limit_hold", key=key)
-            assert row is not None
-            return row["paused_until"]
+            if not release(tx, [claim], clock):
+                raise errors.StaleClaim(
+                    f"job {claim.job_id} attempt {claim.attempt} is no longer claimed by this "
+                    "session: its limit was not paused",
+                    job_id=claim.job_id, attempt=claim.attempt, session_id=claim.session_id,
+                )  # fmt: skip
+            return self._pause(tx, key, seconds, clock)
 
         return self.engine.time(self.engine.run(op))
 

@@ -399,6 +399,11 @@ class SQLStore:
     def limit_pause(self, key: str, seconds: float, *, now: Now = None) -> datetime:
         return self.limits.limit_pause(key, seconds, now=now)
 
+    def job_pause_limit(
+        self, claim: Claim, key: str, seconds: float, *, now: Now = None
+    ) -> datetime:
+        return self.limits.pause_claim(claim, key, seconds, self.acks.release, now=now)
+
     def limit_resume(self, key: str, *, now: Now = None) -> bool:
         return self.limits.limit_resume(key, now=now)
 

@@ -29,7 +29,9 @@ MEDIAN_KEYS = (
     "rss_with_mib",
     "kib_per_session",
     "rate_alone",
+    "rate_unlimited",
     "ratio",
+    "ratio_unlimited",
     "most_at_once",
 )
 COLUMNS = [
@@ -84,7 +86,8 @@ def summary(result: dict[str, Any]) -> str:
     if "ratio" in result:
         return (
             f"{result['rate']:,.0f} jobs/s beside the limit, {result['rate_alone']:,.0f} alone "
-            f"(ratio {result['ratio']:.2f}); most limited runs at once {result['most_at_once']}"
+            f"(ratio {result['ratio']:.2f}), {result['rate_unlimited']:,.0f} beside them "
+            f"unlimited ({result['ratio_unlimited']:.2f}); most at once {result['most_at_once']}"
         )
     text = f"{result.get('seconds', 0):.2f}s"
     if "rate" in result:

@@ -19,3 +19,10 @@ def limited(i: int) -> int:
     """Scenario 11: a 10 ms call to a provider that allows ten at once."""
     time.sleep(0.01)
     return i
+
+
+@app.task(name="bench.sleep10", retries=0)
+def sleep10(i: int) -> int:
+    """Scenario 11: bench.limited's work, without its limit."""
+    time.sleep(0.01)
+    return i

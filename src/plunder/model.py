@@ -174,7 +174,7 @@ class LimitState:
         if not self.held:
             return ""
         if self.paused_until is not None:
-            return f"paused until {self.paused_until:%Y-%m-%d %H:%M:%S}"
+            return f"paused until {self.paused_until:%m-%d %H:%M:%S}"
         if self.ceiling is not None and self.running + self.admitted >= self.ceiling:
             return f"at its ceiling of {self.ceiling}"
         if self.rate is not None:

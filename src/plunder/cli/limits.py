@@ -32,12 +32,15 @@ def show(found: list[LimitState], as_json: bool) -> None:
 
 
 def limits_table(found: list[LimitState]) -> Table:
-    table = Table(title="limits", box=box.SIMPLE_HEAD)
-    for column in ("key", "ceiling", "rate", "running", "admitted", "held", "paused until"):
-        table.add_column(column, justify="left" if column in ("key", "rate") else "right")
-    table.add_column("reason")
+    """One row per key; the end of a pause is in its reason (``--json``: paused_until)."""
+    table = Table(
+        title="limits", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True
+    )
+    for column in ("key", "ceiling", "rate", "running", "admitted", "held"):
+        left = column in ("key", "rate")
+        table.add_column(column, justify="left" if left else "right", no_wrap=True)
+    table.add_column("why the held wait", overflow="fold")
     for s in found:
-        paused = "-" if s.paused_until is None else f"{s.paused_until:%Y-%m-%d %H:%M:%S}"
         table.add_row(
             literal(s.key),
             "-" if s.ceiling is None else str(s.ceiling),
@@ -45,7 +48,6 @@ def limits_table(found: list[LimitState]) -> Table:
             str(s.running),
             str(s.admitted),
             str(s.held),
-            paused,
             literal(s.reason),
         )
     return table

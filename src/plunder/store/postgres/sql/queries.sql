@@ -1009,7 +1009,9 @@ FROM clock
 ON CONFLICT (key) DO UPDATE
 SET ceiling = excluded.ceiling, rate_count = excluded.rate_count,
     rate_period = excluded.rate_period,
-    tokens = LEAST(plunder_limits.tokens, COALESCE(excluded.rate_count, 0));
+    -- a rate new to the key starts with a full bucket, as a new limit does
+    tokens = CASE WHEN plunder_limits.rate_count IS NULL THEN COALESCE(excluded.rate_count, 0)
+                  ELSE LEAST(plunder_limits.tokens, COALESCE(excluded.rate_count, 0)) END;
 
 -- name: limit_lock
 -- The first step of an admission (plunder.store.limits): the key's row, locked until the

@@ -661,7 +661,9 @@ VALUES (:key, :ceiling, :rate_count, :rate_period, coalesce(:rate_count, 0), :no
 ON CONFLICT (key) DO UPDATE
 SET ceiling = excluded.ceiling, rate_count = excluded.rate_count,
     rate_period = excluded.rate_period,
-    tokens = min(plunder_limits.tokens, coalesce(excluded.rate_count, 0));
+    -- a rate new to the key starts with a full bucket, as a new limit does
+    tokens = CASE WHEN plunder_limits.rate_count IS NULL THEN coalesce(excluded.rate_count, 0)
+                  ELSE min(plunder_limits.tokens, coalesce(excluded.rate_count, 0)) END;
 
 -- name: limit_lock
 -- The first step of an admission (plunder.store.limits): the key's row, its rate's bucket

@@ -194,3 +194,12 @@ def test_limit_declarations_are_checked() -> None:
     with pytest.raises(ValueError, match="ceiling"):
         Limit("a", 0)
     assert Limit.declared(None, ("k", "600/min")) == Limit("k", None, "600/min")
+
+
+def test_limited_jobs_with_idempotency_keys_enqueue_once(store: Store) -> None:
+    t0 = store.now()
+    specs = [JobSpec("t", [i], key=f"k{i}", limit=Limit("openai", 2)) for i in range(3)]
+    first = enqueue(store, *specs, now=t0)
+    again = enqueue(store, *specs, now=t0)
+    assert [j.id for j in again] == [j.id for j in first]
+    assert held(store) == (0, 2, 1)

@@ -31,6 +31,10 @@ Scenarios:
     Long (minutes): run only when named, ``--scenarios 9``
  10 the gateway (plunder_gw): 200 idle remote sessions on one gateway, its database
     connections and its memory per session (scenarios 2-4 run through it too)
+ 11 a concurrency limit beside unlimited work: 4 idle workers (-c 50 each), N no-ops
+    drained alone and beside N/10 jobs of 10 ms limited to 10 at once, alternating, 4
+    rounds each: the ratio of the drain rates and the most limited runs at once (from
+    their start and end times). Run only when named, ``--scenarios 11``
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ MEASUREMENTS: dict[str, tuple[str, dict[str, Any]]] = {
     "first_line": ("first_line", {}),
     "drain_2gw": ("drain_gateways", {"workers": 2}),
     "sessions": ("sessions", {}),
+    "limits": ("limits", {}),
     **{f"fleet_{n}": ("fleet", {"workers": n}) for n in (1, 2, 4, 8, 16)},
 }
 PG_SCENARIOS = {
@@ -101,7 +106,9 @@ class System:
 
 POOL_SCENARIO = {"8": ["pool"]}  # pool_jobs no-op jobs, -c 8: threads vs the warm pool
 FLEET_SCENARIO = {"9": [f"fleet_{n}" for n in (1, 2, 4, 8, 16)]}
-NAMED_ONLY = frozenset(FLEET_SCENARIO)  # too long for every run: only when --scenarios names it
+LIMITS_SCENARIO = {"11": ["limits"]}
+# too long for every run: only when --scenarios names it
+NAMED_ONLY = frozenset(FLEET_SCENARIO | LIMITS_SCENARIO)
 SERIAL = "-c 100 --depth 1"
 SYSTEMS = {
     s.name: s
@@ -110,7 +117,7 @@ SYSTEMS = {
             "plunder_pg",
             "pg",
             False,
-            PG_SCENARIOS | POOL_SCENARIO | FLEET_SCENARIO,
+            PG_SCENARIOS | POOL_SCENARIO | FLEET_SCENARIO | LIMITS_SCENARIO,
             "production defaults (fencing, run history, wake-ups, session expiry 5 s, "
             "janitor 1 s); worker `-c 300` (turns sent ahead, each claiming up to 100, a "
             "third of the slots); scenario 8 with `-c 8`, tasks on threads; scenario 9 "
@@ -182,8 +189,9 @@ SYSTEMS = {
             "plunder_sqlite",
             "sqlite",
             False,
-            SQLITE_SCENARIOS,
-            "production defaults, synchronous=FULL; worker `-c 100`",
+            SQLITE_SCENARIOS | LIMITS_SCENARIO,
+            "production defaults, synchronous=FULL; worker `-c 100`; scenario 11 with "
+            "`-c 50` per worker process",
         ),
         System(
             "raw_sqlite",

@@ -28,6 +28,11 @@ MEDIAN_KEYS = (
     "rss_before_mib",
     "rss_with_mib",
     "kib_per_session",
+    "rate_alone",
+    "rate_unlimited",
+    "ratio",
+    "ratio_unlimited",
+    "most_at_once",
 )
 COLUMNS = [
     ("enqueue", "enqueue (jobs/s)"),
@@ -42,6 +47,7 @@ COLUMNS = [
     ("depth_large", "drain on large depth (jobs/s)"),
     ("pool", "1,000 no-ops, -c 8 (jobs/s)"),
     ("sessions", "200 idle remote sessions: gateway's connections, memory each"),
+    ("limits", "beside a limit of 10, 4 procs -c 50: no-ops/s, × alone, most at once"),
 ]
 LATENCIES = ("latency", "first_line")
 FLEET_PREFIX = "fleet_"  # fleet_1 … fleet_16: scenario 9, one measurement per process count
@@ -77,6 +83,12 @@ def summary(result: dict[str, Any]) -> str:
         return f"error: {result['error']}"
     if "p50" in result:
         return f"p50 {result['p50']:.1f} ms, p95 {result['p95']:.1f} ms, p99 {result['p99']:.1f} ms"
+    if "ratio" in result:
+        return (
+            f"{result['rate']:,.0f} jobs/s beside the limit, {result['rate_alone']:,.0f} alone "
+            f"(ratio {result['ratio']:.2f}), {result['rate_unlimited']:,.0f} beside them "
+            f"unlimited ({result['ratio_unlimited']:.2f}); most at once {result['most_at_once']}"
+        )
     text = f"{result.get('seconds', 0):.2f}s"
     if "rate" in result:
         text = f"{result['rate']:,.0f} jobs/s in {result['seconds']:.2f}s"
@@ -100,6 +112,8 @@ def cell(m: dict[str, Any] | None, measurement: str) -> str:
         return f"{m['seconds']:.1f}"
     if measurement == "sessions":
         return f"{m['connections']:.0f} conns, {m['kib_per_session']:.0f} KiB each"
+    if measurement == "limits":
+        return f"{m['rate']:,.0f}, ×{m['ratio']:.2f}, {m['most_at_once']:.0f}"
     return f"{m['rate']:,.0f}"
 
 
@@ -249,7 +263,21 @@ def targets(medians: dict[str, dict[str, Any]], variants: dict[str, str]) -> lis
     _depth_and_sqlite(goals)
     _fleet(goals)
     _gateway(goals)
+    _limits(goals)
     return goals.rows
+
+
+def _limits(goals: Goals) -> None:
+    """Scenario 11, on each backend that ran it."""
+    for system in ("plunder_pg", "plunder_sqlite"):
+        ratio, most = (
+            goals.get(system, "limits", "ratio"),
+            goals.get(system, "limits", "most_at_once"),
+        )
+        if ratio is None:
+            continue
+        goals.check(f"{system}: no-ops beside a limit of 10 ≥ 0.9× alone", ratio, 0.9, "×")
+        goals.check(f"{system}: a limit of 10 never exceeded", most, 10.0, "at once", higher=False)
 
 
 def _throughput(goals: Goals, variants: dict[str, str]) -> None:

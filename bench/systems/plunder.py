@@ -356,7 +356,15 @@ def pool(p: Params) -> dict[str, Any]:
         app.close()
 
 
+def limits(p: Params) -> dict[str, Any]:
+    """Scenario 11 (bench.systems.plunder_limits): a limit of 10 beside unlimited work."""
+    from bench.systems import plunder_limits
+
+    return plunder_limits.limits(p)
+
+
 SCENARIOS = {
+    "limits": limits,
     "pool": pool,
     "enqueue": enqueue,
     "drain": drain,

@@ -10,11 +10,12 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, overload
 
 from plunder import config, errors, payload
 from plunder.hub import Hub
-from plunder.model import JobRecord, JobSpec, Run, StreamEvent
+from plunder.model import JobRecord, JobSpec, LimitState, Run, StreamEvent
 from plunder.states import Status, is_terminal
 from plunder.store import Store, open_store
 from plunder.task import Options, Registry, Task, make_task, published_options
@@ -236,6 +237,28 @@ class App:
     def job(self, job_id: int) -> Job:
         """A handle on an existing job (JobNotFound if there is none)."""
         return Job(self, job_id, self.store.job_get(job_id))
+
+    # -- limits (docs/guide/limits.md) ------------------------------------------------------
+    def set_limit(self, key: str, ceiling: int | None, rate: str | None = None) -> LimitState:
+        """At most ``ceiling`` of its jobs run at once on all workers (None: any number) and
+        at most ``rate`` (``"600/min"``) start; replaces what was set."""
+        return self.store.limit_set(key, ceiling, rate)
+
+    def pause_limit(
+        self, key: str, *, until: datetime | None = None, seconds: float = 0
+    ) -> datetime:
+        """Start none of the key's jobs until ``until`` (aware) or for ``seconds``; a longer
+        pause already set stays. Returns the datetime it ends; its jobs then resume."""
+        if until is not None:
+            seconds = (until - datetime.now(UTC)).total_seconds()
+        return self.store.limit_pause(key, max(0.0, seconds))
+
+    def resume_limit(self, key: str) -> bool:
+        """End the key's pause now; False if the key has no limit."""
+        return self.store.limit_resume(key)
+
+    def limits(self) -> list[LimitState]:
+        return self.store.limit_list()  # with their jobs running, admitted and held
 
 
 class Job:

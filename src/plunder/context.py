@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, TypeVar
+from datetime import UTC, datetime
+from typing import Any, ClassVar, NoReturn, Protocol, TypeVar
 
 from plunder import errors, payload
 from plunder.model import AckResult, Claim, Completion, JobRecord
@@ -41,6 +42,8 @@ class Sink(Protocol):
 
     def job_complete_many(self, completions: Sequence[Completion], *, conn: Any) -> AckResult: ...
 
+    def job_pause_limit(self, claim: Claim, key: str, seconds: float) -> datetime: ...
+
 
 class LinkSink:
     """A task's stream over the worker protocol (a worker whose jobs come through another
@@ -58,6 +61,12 @@ class LinkSink:
         raise errors.ConfigError(
             "ctx.transaction() needs the database, and this worker's jobs come through "
             "another link: write from a worker connected to the database"
+        )
+
+    def job_pause_limit(self, claim: Claim, key: str, seconds: float) -> datetime:
+        raise errors.ConfigError(
+            "ctx.pause_limit() is not offered through a gateway yet: pause the key from a "
+            "producer (App.pause_limit) or run this task on a worker of the database"
         )
 
     def job_complete_many(self, completions: Sequence[Completion], *, conn: Any) -> AckResult:
@@ -116,6 +125,7 @@ class Context(JobIdentity):
         self._pending_bytes = 0
         self._wake = on_flush_needed
         self.acknowledged = False  # set when transaction() committed the acknowledgement
+        self.released = False  # set when pause_limit() gave the job back
         self._acknowledged_result: Any = None
         self._open: _OpenTransaction | None = None  # transaction() begun, not yet ended
         self.cancel_reason: str | None = None
@@ -131,6 +141,22 @@ class Context(JobIdentity):
             logger.addHandler(_LineCapture(self.log_lines))
             self._logger = logger
         return self._logger
+
+    def pause_limit(
+        self, key: str | None = None, *, until: datetime | None = None, seconds: float = 0.0
+    ) -> NoReturn:
+        """Pause limit ``key`` (default: this job's) until ``until`` (an aware datetime) or
+        for ``seconds``: none of its jobs starts meanwhile (a longer pause already set
+        stays), and this job goes back to wait with them, without spending an attempt.
+        Raises LimitPaused, which ends the task: let it propagate."""
+        key = key or self.job.limit_key
+        if key is None:
+            raise errors.ConfigError(f"job {self.job.id} has no limit key: name the key to pause")
+        if until is not None:
+            seconds = (until - datetime.now(UTC)).total_seconds()
+        ends = self._store.job_pause_limit(self.claim, key, max(0.0, seconds))
+        self.acknowledged = self.released = True
+        raise errors.LimitPaused(f"limit {key!r} paused until {ends:%Y-%m-%d %H:%M:%S} UTC")
 
     # -- cancellation ---------------------------------------------------------------------
     @property

@@ -64,6 +64,11 @@ class SessionGone(PlunderError):
     """The worker session has expired or was closed; its claims have been or will be released."""
 
 
+class LimitPaused(PlunderError):
+    """The task paused a limit key (Context.pause_limit) and its job went back to wait for
+    the pause to end, without spending an attempt; raised to end the task."""
+
+
 class StaleLease(PlunderError):
     """The lease is no longer held under this term; the write was refused."""
 

@@ -138,6 +138,8 @@ def after_acknowledged(handle: Handle, outcome: Finished) -> None:
     """The task's own transaction acknowledged it with its result: an error raised after
     that, or a return value other than that result, cannot change the job (it committed).
     Either is refused and logged as an error naming the job."""
+    if handle.ctx.released:  # given back by pause_limit: its LimitPaused ended it
+        return
     if not outcome.ok:
         worker_log.error(
             "job %d (%s) raised after its transaction acknowledged it; the job keeps "

@@ -120,6 +120,7 @@ class Pass:
     expired: SweepResult = field(default_factory=SweepResult)
     pruned: int = 0
     analyzed: bool = False  # the jobs table's statistics taken anew (Store.job_stats_refresh)
+    admitted: int = 0  # limited jobs admitted: due, or with room in their limits again
 
 
 class Janitor:
@@ -180,6 +181,7 @@ class Janitor:
             expired = self.expirer.run_once(self.store, lease, now)
             pruned = self.pruner.run_once(self.store, lease, now)
             analyzed = self.store.job_stats_refresh()
+            admitted = self.store.limit_admit_due(now=now)  # see plunder.store.limits
         except errors.StaleLease:
             log.warning("janitor lease term %d went stale mid-pass; writes refused", lease.term)
             self._drop()
@@ -205,6 +207,7 @@ class Janitor:
             expired=expired,
             pruned=pruned,
             analyzed=analyzed,
+            admitted=admitted,
         )
 
     def run(self, stop: threading.Event) -> None:

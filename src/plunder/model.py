@@ -96,6 +96,92 @@ class ErrorInfo:
         )
 
 
+RATE_PERIODS = {"s": 1.0, "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0,
+                "h": 3600.0, "hour": 3600.0, "day": 86400.0}  # fmt: skip
+MAX_LIMIT_KEY = 200  # characters
+
+
+def rate_parts(rate: str) -> tuple[int, float]:
+    """``"600/min"`` as (600, 60.0): how many per how many seconds; ValueError otherwise."""
+    count, _, unit = str(rate).partition("/")
+    period = RATE_PERIODS.get(unit.strip())
+    if not count.strip().isdigit() or int(count) < 1 or period is None:
+        raise ValueError(
+            f"rate {rate!r} must read COUNT/UNIT with a positive COUNT and a UNIT of "
+            f"{', '.join(RATE_PERIODS)} (e.g. '600/min')"
+        )
+    return int(count), period
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """A job's limit key and what its task declares of it: at most ``ceiling`` of the key's
+    jobs running at once (None: no ceiling) and at most ``rate`` (``"600/min"``) started.
+    A key's limit is made from the first job that names it; ``App.set_limit`` changes it."""
+
+    key: str
+    ceiling: int | None = None
+    rate: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key, str) or not 0 < len(self.key) <= MAX_LIMIT_KEY:
+            raise ValueError(f"a limit key must be text of 1 to {MAX_LIMIT_KEY} characters")
+        ceiling = self.ceiling
+        if ceiling is not None and (
+            isinstance(ceiling, bool) or not isinstance(ceiling, int) or ceiling < 1
+        ):
+            raise ValueError(f"limit {self.key!r}: the ceiling must be a positive integer")
+        if self.rate is not None:
+            rate_parts(self.rate)
+
+    @classmethod
+    def declared(cls, limit: Any, rate: Any) -> Limit | None:
+        """The Limit of a task's ``limit=(key, ceiling)`` and ``rate=(key, "600/min")``
+        (either may be None; both name the same key)."""
+        if limit is None and rate is None:
+            return None
+        pairs = {"limit": limit, "rate": rate}
+        for name, pair in pairs.items():
+            if pair is not None and not (isinstance(pair, tuple | list) and len(pair) == 2):
+                raise ValueError(f"{name} must be a (key, value) pair, not {pair!r}")
+        keys = {pair[0] for pair in (limit, rate) if pair is not None}
+        if len(keys) > 1:
+            raise ValueError(f"limit and rate must name the same key, not {sorted(keys)}")
+        return cls(
+            keys.pop(),
+            None if limit is None else limit[1],
+            None if rate is None else rate[1],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LimitState:
+    """A limit key as ``plunder status`` shows it: its ceiling and rate, its jobs running,
+    admitted (pending, to be claimed) and held (pending, waiting for admission), and the
+    end of its pause (None: not paused)."""
+
+    key: str
+    ceiling: int | None
+    rate: str | None
+    running: int
+    admitted: int
+    held: int
+    paused_until: datetime | None
+
+    @property
+    def reason(self) -> str:
+        """Why its held jobs wait (empty: none waits)."""
+        if not self.held:
+            return ""
+        if self.paused_until is not None:
+            return f"paused until {self.paused_until:%m-%d %H:%M:%S}"
+        if self.ceiling is not None and self.running + self.admitted >= self.ceiling:
+            return f"at its ceiling of {self.ceiling}"
+        if self.rate is not None:
+            return f"rate {self.rate}"
+        return "waiting for admission"
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """One job to enqueue. ``delay`` is seconds after the database's ``now``; so is
@@ -115,6 +201,7 @@ class JobSpec:
     key: str | None = None
     retry_on_lost: bool = True
     expires_in: float | None = None
+    limit: Limit | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +287,8 @@ class JobRecord:
     # The start-by deadline (expires_in): it bounds every start, a retry's too (a claim
     # never clears it); None: none, as after a retry by hand.
     expires_at: datetime | None
+    # Its limit key (see Limit): while it is held, run_at is its due time plus HOLD.
+    limit_key: str | None
 
     @property
     def claim(self) -> Claim:

@@ -101,6 +101,7 @@ class Slots:
         self._stopping = Stopping()  # stopped, not returned yet: each holds its slot
         self._deadlines: dict[int, float] = {}  # job id: time.monotonic() of its timeout
         self._suspects = 0  # suspects among the running
+        self.limited: dict[int, str] = {}  # job id: limit key, until its result is written
 
     # -- what is taken ----------------------------------------------------------------------
     def busy(self) -> int:
@@ -143,6 +144,7 @@ class Slots:
         with self._lock:
             for handle in handles:
                 self._running[handle.job.id] = handle
+        self.limited.update((j.id, j.limit_key) for j in jobs if j.limit_key is not None)
         now = time.monotonic()
         pooled = []
         for handle in handles:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from plunder import errors, payload
 from plunder.context import Context
-from plunder.model import JobSpec, TaskInfo, positional_builder
+from plunder.model import JobSpec, Limit, TaskInfo, positional_builder
 
 POOLS = ("thread", "process")
 # JobSpec(*values), fields in declaration order: an enqueue makes one per job
@@ -59,6 +59,8 @@ class Options:
     | `retry_on_timeout` | *timed out*: retried at once; `False`: ends `timed_out` | `True` |
     | `retry_on_lost` | *lost*: retried at once; `False`: ends `timed_out`, never rerun | `True` |
     | `expires_in` | start-by deadline, seconds after the enqueue; else `expired` | `None` |
+    | `limit` | `(key, n)`: at most n jobs of the key run at once, on all workers | `None` |
+    | `rate` | `(key, "600/min")`: at most that many of the key's jobs start | `None` |
 
     A lost attempt that is not retried ends the job ``timed_out`` (as a lost last attempt
     always has), with a ``plunder.WorkerLost`` error naming the session: nothing whose
@@ -88,6 +90,8 @@ class Options:
     key: str | None = None
     retry_on_lost: bool = True
     expires_in: float | None = None
+    limit: tuple[str, int] | None = None
+    rate: tuple[str, str] | None = None
 
     def spec(self, task: str, args: Sequence[Any], kwargs: dict[str, Any]) -> JobSpec:
         return self.maker(task)(args, kwargs)
@@ -100,9 +104,10 @@ class Options:
             or (self.retries < 0)
         ):
             raise ValueError(f"retries must be a non-negative integer, not {self.retries!r}")
+        limit = Limit.declared(self.limit, self.rate)  # see docs/guide/limits.md
+        special = {"max_attempts": self.retries + 1, "limit": limit}
         options = tuple(
-            self.retries + 1 if name == "max_attempts" else getattr(self, name)
-            for name in SPEC_OPTIONS
+            special[name] if name in special else getattr(self, name) for name in SPEC_OPTIONS
         )
 
         def make(args: Sequence[Any], kwargs: dict[str, Any]) -> JobSpec:

@@ -22,6 +22,7 @@ from plunder.model import (
     Heartbeat,
     JobRecord,
     JobSpec,
+    Limit,
     Run,
     Session,
     StreamEvent,
@@ -382,7 +383,24 @@ def job_in(data: Any) -> JobRecord:
 
 
 def spec_out(spec: JobSpec) -> dict[str, Any]:
-    return {name: getattr(spec, name) for name in JobSpec.__slots__}
+    data = {name: getattr(spec, name) for name in JobSpec.__slots__}
+    limit = spec.limit
+    data["limit"] = None if limit is None else {"key": limit.key, "ceiling": limit.ceiling,
+                                                "rate": limit.rate}  # fmt: skip
+    return data
+
+
+def _limit_in(data: Any) -> Limit | None:
+    if data is None:
+        return None
+    f = Fields(data, "a job's limit")
+    key, ceiling = f.take("key", str), f.take("ceiling", int, None)
+    rate = f.take("rate", str, None)
+    f.done()
+    try:
+        return Limit(key, ceiling, rate)
+    except ValueError as exc:
+        raise WireError(f"a job's limit: {exc}") from None
 
 
 _SPEC_KINDS: dict[str, tuple[type, ...]] = {
@@ -400,6 +418,7 @@ def spec_in(data: Any) -> JobSpec:
     for name, kinds in _SPEC_KINDS.items():
         if name in f.data:
             values[name] = f.take(name, kinds, None if name in _SPEC_OPTIONAL else _MISSING)
+    values["limit"] = _limit_in(f.take("limit", object, None))
     f.done()
     return JobSpec(**values)
 

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from plunder import errors, policy, stopping
+from plunder.admitter import Admitter
 from plunder.app import App
 from plunder.config import WorkerDeadlines
 from plunder.context import LinkSink, Sink
@@ -129,6 +130,7 @@ class Worker:
         self._turns = self._make_turns()
         self._liveness = self._make_liveness()
         self._services_stop = threading.Event()
+        self._admitter = Admitter(self.store, self._services_stop)  # see plunder.admitter
         self._services: list[threading.Thread] = []
         self._unregister: list[Callable[[], None]] = []  # the heartbeat and wake-up, at the hub
 
@@ -370,6 +372,7 @@ class Worker:
     def _count(self, ack: AckResult, kind: str) -> None:
         self.stats[kind] += len(ack.accepted)
         self.stats["stale"] += len(ack.stale)
+        self._admitter.ended(self._slots.limited, ack)  # admissions of their limit keys
         for claim in ack.stale:
             log.warning(
                 "job %d attempt %d: result refused, the claim is no longer current "
@@ -443,6 +446,7 @@ class Worker:
         results on their way, and close the session, which releases its jobs at once."""
         self._services_stop.set()
         self._stream_wake.set()  # the streamer may sleep, with nothing running
+        self._admitter.wake()
         for unregister in self._unregister:  # the hub outlives the worker (it is the app's)
             unregister()
         left = self._slots.stop_all("the worker is shutting down", forget=True)

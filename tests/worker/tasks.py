@@ -281,3 +281,12 @@ def child_gate(ctx: plunder.Context, out: str, gate: str) -> int:
     while not Path(gate).exists():
         time.sleep(0.01)
     return os.getpid()
+
+
+@app.task(name="provider_call", limit=("provider", 1), retries=0)
+def provider_call(ctx: plunder.Context, pause: float) -> int:
+    """A call to a rate-limited provider: told to wait ``pause`` seconds on its first
+    attempt (a 429 with a reset time), it pauses its limit key and waits with the others."""
+    if pause and ctx.attempt == 1:
+        ctx.pause_limit(seconds=pause)
+    return ctx.attempt

@@ -11,7 +11,7 @@ demo and bench; ``workers``: a running worker's queues), and print through ``out
 
 from __future__ import annotations
 
-from plunder.cli import database, gateway, jobs, run, showcase, workers
+from plunder.cli import database, gateway, jobs, limits, run, showcase, workers
 from plunder.cli.root import main
 
 __all__ = ["main"]
@@ -29,6 +29,7 @@ for command in (
     jobs.retry,
     gateway.serve,
     gateway.keys,
+    limits.limits,
     showcase.demo,
     showcase.bench,
 ):

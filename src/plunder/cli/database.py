@@ -1,5 +1,6 @@
 """The commands about the database as a whole: ``init`` makes its tables, ``status`` shows
-its queues, live workers, the janitor's holder and the work no live worker can run."""
+its queues, live workers, the janitor's holder, the work no live worker can run and
+the limits."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import click
 from rich import box
 from rich.table import Table
 
-from plunder.cli.output import emit_json, json_option, literal, out, user_errors
+from plunder.cli.limits import limits_table
+from plunder.cli.output import emit_json, json_option, literal, out, plain, user_errors
 from plunder.cli.state import State, pass_state
 from plunder.model import QueueStats, Session, Unrunnable
 from plunder.states import Status
@@ -40,10 +42,13 @@ def status(state: State, as_json: bool) -> None:
             store.lease_get(LEASE_NAME),
             store.job_unrunnable(),
         )
+        listed = getattr(store, "limit_list", None)  # not through a gateway
+        found = [] if listed is None else listed()
         if as_json:
             emit_json(
-                {"queues": stats, "workers": sessions, "janitor": lease, "unrunnable": unrunnable}
-            )
+                {"queues": stats, "workers": sessions, "janitor": lease, "unrunnable": unrunnable,
+                 "limits": [{**plain(s), "reason": s.reason} for s in found]}
+            )  # fmt: skip
             return
         out.print(_queues_table(stats))
         out.print(_workers_table(sessions))
@@ -51,6 +56,8 @@ def status(state: State, as_json: bool) -> None:
         out.print(literal(f"janitor lease: {holder}"))
         if unrunnable:
             out.print(_unrunnable_table(unrunnable))
+        if found:
+            out.print(limits_table(found))
 
 
 def _queues_table(stats: list[QueueStats]) -> Table:

@@ -39,6 +39,7 @@ _SPEC = _object(
     backoff_base=_NUM, backoff_cap=_NUM, retry_on_timeout=_BOOL,
     key={"type": ["string", "null"]}, retry_on_lost=_BOOL,
     expires_in={"type": ["number", "null"]},
+    limit={"type": ["object", "null"]},
 )  # fmt: skip
 _HELLO = _object(["name", "host", "pid", "queues", "tasks", "expiry"], name=_STR, host=_STR,
                  pid=_INT, queues=_STRS, tasks={"type": "array", "items": _TASK},

@@ -15,7 +15,7 @@ from typing import Any
 from plunder import errors, payload
 from plunder.model import AckResult, Claim, Completion, ErrorInfo, Failure, JobRecord
 from plunder.states import Outcome, Status
-from plunder.store import convert
+from plunder.store import convert, limits
 from plunder.store.driver import Now, Row, Tx
 from plunder.store.engine import EffectsFailed, Engine
 
@@ -26,6 +26,7 @@ class Acks:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.limits = limits.Limits(engine)
 
     def job_complete_many(
         self, completions: Sequence[Completion], *, now: Now = None, conn: Any = None
@@ -250,18 +251,24 @@ class Acks:
                 ],
                 now=clock,
             )
+            if row["limit_key"] is not None:  # a running job's place is free
+                self.limits.admit(tx, [row["limit_key"]], clock)
             return row
 
         return self.engine.job(self.engine.run(op))
 
     def job_retry(self, job_id: int, *, now: Now = None) -> JobRecord:
         def op(tx: Tx) -> Row:
-            row = tx.one("job_retry", job_id=convert.job_id(job_id), now=tx.clock(now))
+            clock = tx.clock(now)
+            row = tx.one("job_retry", job_id=convert.job_id(job_id), now=clock)
             self.engine.announce(tx, [row] if row else [])
             if row is None:
                 _refuse(tx, job_id, "retry", "only jobs that ended without success can be retried")
             assert row is not None
-            return row
+            if row["limit_key"] is None:
+                return row
+            self.limits.admit(tx, [row["limit_key"]], clock)  # it went back held
+            return tx.one("job_get", job_id=row["id"]) or row
 
         return self.engine.job(self.engine.run(op))
 

@@ -42,6 +42,7 @@ from plunder.model import (
     TaskInfo,
     Unrunnable,
 )
+from plunder.store.limiting import LimitOps
 
 Now = datetime | None
 
@@ -186,7 +187,7 @@ class TurnPipe(Protocol):
         ...
 
 
-class Store(Protocol):
+class Store(LimitOps, Protocol):
     dialect: str
     """``"sqlite"`` or ``"postgres"``."""
     url: str

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from plunder import errors, payload
-from plunder.model import JobRecord, JobSpec, build_job
+from plunder.model import JobRecord, JobSpec, Limit, build_job
 from plunder.states import Status
 from plunder.store import convert
 
@@ -76,6 +76,14 @@ def _start_by(name: str, value: Any, spec: JobSpec) -> float | None:
     return seconds
 
 
+def _limit_key(name: str, value: Any, _spec: JobSpec) -> str | None:
+    """A Limit's key, which the job's limit_key column holds (its ceiling and rate go to
+    the key's limit, see plunder.store.limits)."""
+    if value is None or isinstance(value, Limit):
+        return None if value is None else value.key
+    raise ValueError(f"{name} must be a plunder Limit or None, not {type(value).__name__}")
+
+
 # In the order they are checked: the first bad one is the one an enqueue names.
 OPTIONS: tuple[JobOption, ...] = (
     JobOption("queue", _named(payload.check_queue), "queue"),
@@ -89,6 +97,7 @@ OPTIONS: tuple[JobOption, ...] = (
     JobOption("delay", _seconds(convert.non_negative), "run_at", relative=True),
     JobOption("retry_on_lost", _flag, "retry_on_lost"),
     JobOption("expires_in", _start_by, "expires_at", relative=True),
+    JobOption("limit", _limit_key, "limit_key"),
 )
 OWN = ("args", "kwargs", "key")  # a JobSpec's values of its own, checked one by one
 RELATIVE = tuple(o for o in OPTIONS if o.relative)

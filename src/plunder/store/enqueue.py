@@ -15,7 +15,7 @@ from typing import Any
 
 from plunder import errors, payload
 from plunder.model import JobRecord, JobSpec
-from plunder.store import columns
+from plunder.store import columns, limits
 from plunder.store.driver import Now, Row, Tx
 from plunder.store.engine import MAX_ENQUEUE, Engine, insert_mismatch
 
@@ -104,6 +104,7 @@ class Enqueue:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.driver = engine.driver
+        self.limits = limits.Limits(engine)
 
     def job_enqueue_many(
         self, specs: Sequence[JobSpec], *, conn: Any = None, now: Now = None
@@ -146,6 +147,7 @@ class Enqueue:
             else:
                 if len(fresh) + len(active) < len(rows):
                     raise errors.StoreBusy("idempotency keys kept changing state during enqueue")
+            self.limits.enqueued(tx, specs, clock)
             if not records:
                 return [
                     int(fresh[i][at["id"]]) if i in fresh else int(active[i]["id"])
@@ -159,10 +161,10 @@ class Enqueue:
                 for i in range(len(rows))
             ]
 
-        # a keyed job inserts once however often this runs; one without keys may commit alone
-        keyed = [bool(row["key"]) for row in rows]
+        # a keyed job inserts once however often this runs; others commit alone, unless limited
+        keyed = [bool(row["key"]) for row in rows] + [s.limit is not None for s in specs]
         single = not (self.driver.numbers_jobs or any(keyed)) and len(batch.runs) == 1
-        return self.engine.run(op, conn=conn, repeatable=all(keyed), single=single)
+        return self.engine.run(op, conn=conn, repeatable=all(keyed[: len(rows)]), single=single)
 
     def _number(self, tx: Tx, rows: list[dict[str, Any]]) -> None:
         """Give each row the id it will have (see Driver.numbers_jobs) as its seq: ids
@@ -292,7 +294,11 @@ class Enqueue:
 def _assigned(options: dict[str, Any], clock: Any) -> tuple[Any, ...]:
     """What a numbered insert assigns a job after its id (columns.ASSIGNED): created_at,
     then each RELATIVE column, as the statement computes them from ``clock``."""
-    relative = (options[o.name] for o in columns.RELATIVE)
+    held = options["limit"] is not None  # enqueued held (see plunder.store.limits)
+    relative = [
+        options[o.name] + limits.HOLD if held and o.name == "delay" else options[o.name]
+        for o in columns.RELATIVE
+    ]
     return (clock, *(None if seconds is None else clock + seconds for seconds in relative))
 
 

@@ -16,7 +16,7 @@ another's private members. A driver package builds its store (``SqliteStore``,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
@@ -34,6 +34,7 @@ from plunder.model import (
     JobRecord,
     JobSpec,
     Lease,
+    LimitState,
     QueueStats,
     Run,
     Session,
@@ -49,6 +50,7 @@ from plunder.store.driver import Driver, Now
 from plunder.store.engine import Engine
 from plunder.store.enqueue import Enqueue
 from plunder.store.keys import Keys
+from plunder.store.limits import Limits
 from plunder.store.maintenance import Maintenance
 from plunder.store.reads import Reads
 from plunder.store.sessions import Sessions
@@ -104,6 +106,7 @@ class SQLStore:
         self.reads = Reads(self.engine)
         self.sessions = Sessions(self.engine, self.acks, self.maintenance)
         self.keys = Keys(self.engine)
+        self.limits = Limits(self.engine)
         self.borrowed = False  # a limited view's driver is its owner's to close
 
     @property
@@ -390,3 +393,29 @@ class SQLStore:
 
     def queue_stats(self, *, now: Now = None) -> list[QueueStats]:
         return self.reads.queue_stats(now=now)
+
+    # -- limits ----------------------------------------------------------------------------
+    def limit_admit_many(self, keys: Collection[str], *, now: Now = None) -> int:
+        return self.limits.limit_admit_many(keys, now=now)
+
+    def limit_admit_due(self, *, now: Now = None) -> int:
+        return self.limits.limit_admit_due(now=now)
+
+    def limit_set(
+        self, key: str, ceiling: int | None, rate: str | None = None, *, now: Now = None
+    ) -> LimitState:
+        return self.limits.limit_set(key, ceiling, rate, now=now)
+
+    def limit_pause(self, key: str, seconds: float, *, now: Now = None) -> datetime:
+        return self.limits.limit_pause(key, seconds, now=now)
+
+    def job_pause_limit(
+        self, claim: Claim, key: str, seconds: float, *, now: Now = None
+    ) -> datetime:
+        return self.limits.pause_claim(claim, key, seconds, self.acks.release, now=now)
+
+    def limit_resume(self, key: str, *, now: Now = None) -> bool:
+        return self.limits.limit_resume(key, now=now)
+
+    def limit_list(self, *, now: Now = None) -> list[LimitState]:
+        return self.limits.limit_list(now=now)

@@ -55,13 +55,15 @@ WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS n
 INSERT INTO plunder_jobs (
     queue, task, args, kwargs, priority, max_attempts, timeout,
     backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
-    retry_on_lost, expires_at
+    retry_on_lost, expires_at, limit_key
 )
 SELECT %(queue)s::text, %(task)s::text, u.args, u.kwargs, %(priority)s::int,
        %(max_attempts)s::int, %(timeout)s::float8, %(backoff_base)s::float8,
        %(backoff_cap)s::float8, %(retry_on_timeout)s::bool, u.key,
-       clock.now + %(delay)s::float8 * interval '1 second', clock.now,
-       %(retry_on_lost)s::bool, clock.now + %(expires_in)s::float8 * interval '1 second'
+       clock.now + %(delay)s::float8 * interval '1 second'
+           + (%(limit)s::text IS NOT NULL)::int * interval '200000000000 seconds', clock.now,
+       %(retry_on_lost)s::bool, clock.now + %(expires_in)s::float8 * interval '1 second',
+       %(limit)s::text
 FROM unnest(%(seq)s::int[], %(args)s::text[], %(kwargs)s::text[], %(key)s::text[])
          AS u(seq, args, kwargs, key),
      clock
@@ -95,20 +97,22 @@ WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS n
 INSERT INTO plunder_jobs (
     queue, task, args, kwargs, priority, max_attempts, timeout,
     backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
-    retry_on_lost, expires_at
+    retry_on_lost, expires_at, limit_key
 )
 SELECT u.queue, u.task, u.args, u.kwargs, u.priority, u.max_attempts, u.timeout,
        u.backoff_base, u.backoff_cap, u.retry_on_timeout, u.key,
-       clock.now + u.delay * interval '1 second', clock.now,
-       u.retry_on_lost, clock.now + u.expires_in * interval '1 second'
+       clock.now + u.delay * interval '1 second'
+           + (u.limit_key IS NOT NULL)::int * interval '200000000000 seconds', clock.now,
+       u.retry_on_lost, clock.now + u.expires_in * interval '1 second', u.limit_key
 FROM unnest(
     %(seq)s::int[], %(queue)s::text[], %(task)s::text[], %(args)s::text[],
     %(kwargs)s::text[], %(priority)s::int[], %(max_attempts)s::int[], %(timeout)s::float8[],
     %(backoff_base)s::float8[], %(backoff_cap)s::float8[], %(retry_on_timeout)s::bool[],
     %(key)s::text[], %(delay)s::float8[], %(retry_on_lost)s::bool[],
-    %(expires_in)s::float8[]
+    %(expires_in)s::float8[], %(limit)s::text[]
 ) AS u(seq, queue, task, args, kwargs, priority, max_attempts, timeout,
-       backoff_base, backoff_cap, retry_on_timeout, key, delay, retry_on_lost, expires_in),
+       backoff_base, backoff_cap, retry_on_timeout, key, delay, retry_on_lost, expires_in,
+       limit_key),
      clock
 ORDER BY u.seq
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
@@ -135,7 +139,7 @@ SELECT inserted.* FROM inserted LEFT JOIN woken ON true;
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-       retry_on_lost, expires_at
+       retry_on_lost, expires_at, limit_key
 FROM plunder_jobs
 WHERE key = ANY(%(keys)s::text[]) AND status IN ('pending', 'running');
 
@@ -144,7 +148,7 @@ WHERE key = ANY(%(keys)s::text[]) AND status IN ('pending', 'running');
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-       retry_on_lost, expires_at
+       retry_on_lost, expires_at, limit_key
 FROM plunder_jobs WHERE id = %(job_id)s;
 
 -- name: job_claim_many
@@ -282,7 +286,7 @@ claimed AS (
     RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts,
               timeout, backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
               started_at, finished_at, deadline_at, session_id, result, error,
-              failed_sessions, losses, retry_on_lost, expires_at
+              failed_sessions, losses, retry_on_lost, expires_at, limit_key
 )
 
 -- name: job_exchange
@@ -441,8 +445,11 @@ WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS n
 UPDATE plunder_jobs AS j
 SET status = CASE WHEN u.retry AND j.attempt < j.max_attempts THEN 'pending'
                   ELSE u.final_status END,
+    -- a limited job goes back held (see limit_admit)
     run_at = CASE WHEN u.retry AND j.attempt < j.max_attempts
-                  THEN clock.now + u.delay * interval '1 second' ELSE j.run_at END,
+                  THEN clock.now + u.delay * interval '1 second'
+                       + (j.limit_key IS NOT NULL)::int * interval '200000000000 seconds'
+                  ELSE j.run_at END,
     finished_at = CASE WHEN u.retry AND j.attempt < j.max_attempts THEN NULL ELSE clock.now END,
     session_id = CASE WHEN u.retry AND j.attempt < j.max_attempts THEN NULL
                       ELSE j.session_id END,
@@ -473,8 +480,10 @@ RETURNING j.id, j.attempt, u.session_id AS session_id, j.status, j.queue;
 -- the released run's history row reads it (run_close).
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 UPDATE plunder_jobs AS j
-SET status = 'pending', run_at = clock.now, session_id = NULL,
-    deadline_at = NULL, max_attempts = j.max_attempts + 1
+SET status = 'pending', session_id = NULL, deadline_at = NULL,
+    max_attempts = j.max_attempts + 1,
+    -- a limited job goes back held (see limit_admit)
+    run_at = clock.now + (j.limit_key IS NOT NULL)::int * interval '200000000000 seconds'
 FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(session_id)s::text[])
          AS u(job_id, attempt, session_id),
      clock
@@ -529,27 +538,30 @@ WHERE id = %(job_id)s AND status IN ('pending', 'running')
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
           finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-          retry_on_lost, expires_at;
+          retry_on_lost, expires_at, limit_key;
 
 -- name: job_retry
 -- By a person or the API: one more attempt for a job that ended without success. Without
 -- a start-by deadline: an expired job retried runs whenever a worker takes it.
 UPDATE plunder_jobs
-SET status = 'pending', run_at = COALESCE(%(now)s::timestamptz, statement_timestamp()),
-    finished_at = NULL, started_at = NULL, session_id = NULL, result = NULL, error = NULL,
+SET status = 'pending', finished_at = NULL,
+    -- a limited job goes back held (see limit_admit)
+    run_at = COALESCE(%(now)s::timestamptz, statement_timestamp())
+        + (limit_key IS NOT NULL)::int * interval '200000000000 seconds',
+    started_at = NULL, session_id = NULL, result = NULL, error = NULL,
     expires_at = NULL, max_attempts = GREATEST(max_attempts, attempt + 1)
 WHERE id = %(job_id)s AND status IN ('failed', 'timed_out', 'cancelled', 'expired')
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
           finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-          retry_on_lost, expires_at;
+          retry_on_lost, expires_at, limit_key;
 
 -- name: job_list
 -- Newest first, keyset-paginated by id (after is the last id of the previous page).
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-       retry_on_lost, expires_at
+       retry_on_lost, expires_at, limit_key
 FROM plunder_jobs
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
   AND (%(status)s::text IS NULL OR status = %(status)s)
@@ -692,7 +704,9 @@ WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS n
 UPDATE plunder_jobs AS j
 SET status = CASE WHEN j.retry_on_lost AND j.attempt < j.max_attempts THEN 'pending'
                   ELSE 'timed_out' END,
-    run_at = LEAST(j.run_at, clock.now),
+    -- a limited job goes back held (see limit_admit)
+    run_at = LEAST(j.run_at, clock.now) + (j.limit_key IS NOT NULL AND j.retry_on_lost
+        AND j.attempt < j.max_attempts)::int * interval '200000000000 seconds',
     finished_at = CASE WHEN j.retry_on_lost AND j.attempt < j.max_attempts THEN NULL
                        ELSE clock.now END,
     error = CASE WHEN j.retry_on_lost THEN %(error)s
@@ -731,7 +745,9 @@ WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS n
 UPDATE plunder_jobs AS j
 SET status = CASE WHEN j.retry_on_timeout AND j.attempt < j.max_attempts THEN 'pending'
                   ELSE 'timed_out' END,
-    run_at = clock.now,
+    -- a limited job goes back held (see limit_admit)
+    run_at = clock.now + (j.limit_key IS NOT NULL AND j.retry_on_timeout
+        AND j.attempt < j.max_attempts)::int * interval '200000000000 seconds',
     finished_at = CASE WHEN j.retry_on_timeout AND j.attempt < j.max_attempts THEN NULL
                        ELSE clock.now END,
     error = %(error)s,
@@ -985,3 +1001,118 @@ ON CONFLICT (queue) DO NOTHING;
 
 -- name: queue_group_list
 SELECT queue, group_name FROM plunder_queue_groups ORDER BY queue;
+
+-- name: limit_declare
+-- batch. The limits a batch of jobs names, each made as its task declares it when it is
+-- new (its rate's bucket full); one that exists keeps what it holds (limit_set changes it).
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+INSERT INTO plunder_limits (key, ceiling, rate_count, rate_period, tokens, refilled_at)
+SELECT u.key, u.ceiling, u.rate_count, u.rate_period, COALESCE(u.rate_count, 0), clock.now
+FROM unnest(%(key)s::text[], %(ceiling)s::int[], %(rate_count)s::int[],
+            %(rate_period)s::float8[]) AS u(key, ceiling, rate_count, rate_period), clock
+ORDER BY u.key
+ON CONFLICT (key) DO NOTHING;
+
+-- name: limit_set
+-- A limit as a person or the API sets it: its ceiling and rate replaced.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+INSERT INTO plunder_limits (key, ceiling, rate_count, rate_period, tokens, refilled_at)
+SELECT %(key)s, %(ceiling)s::int, %(rate_count)s::int, %(rate_period)s::float8,
+       COALESCE(%(rate_count)s::int, 0), clock.now
+FROM clock
+ON CONFLICT (key) DO UPDATE
+SET ceiling = excluded.ceiling, rate_count = excluded.rate_count,
+    rate_period = excluded.rate_period,
+    -- a rate new to the key starts with a full bucket, as a new limit does
+    tokens = CASE WHEN plunder_limits.rate_count IS NULL THEN COALESCE(excluded.rate_count, 0)
+                  ELSE LEAST(plunder_limits.tokens, COALESCE(excluded.rate_count, 0)) END;
+
+-- name: limit_lock
+-- The first step of an admission (plunder.store.limits): the key's row, locked until the
+-- transaction ends (admissions of one key take turns; an UPDATE, so that one at REPEATABLE
+-- READ after another's commit fails and is run again), its rate's bucket refilled.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+UPDATE plunder_limits AS l
+SET tokens = CASE WHEN l.rate_count IS NULL THEN 0 ELSE LEAST(l.rate_count::float8,
+        l.tokens + GREATEST(extract(epoch FROM clock.now - l.refilled_at), 0)::float8
+                   * l.rate_count / l.rate_period) END,
+    refilled_at = clock.now
+FROM clock
+WHERE l.key = %(key)s
+RETURNING l.key, l.ceiling, l.rate_count, l.tokens,
+          COALESCE(l.paused_until > clock.now, false) AS paused;
+
+-- name: limit_busy
+-- The key's jobs that run or are admitted (pending, not held): what its ceiling bounds.
+SELECT count(*) AS n FROM plunder_jobs
+WHERE limit_key = %(key)s AND status IN ('pending', 'running')
+  AND run_at < '4000-01-01'::timestamptz;
+
+-- name: limit_admit
+-- Up to n of the key's held jobs that are due, the first due first, admitted: back to their
+-- due time, where a claim takes them in their place. Rows a claim or another admission
+-- holds are skipped.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+UPDATE plunder_jobs AS j
+SET run_at = j.run_at - interval '200000000000 seconds'
+WHERE j.id = ANY(ARRAY(
+    SELECT h.id FROM plunder_jobs AS h, clock
+    WHERE h.limit_key = %(key)s AND h.status = 'pending'
+      AND h.run_at >= '4000-01-01'::timestamptz
+      AND h.run_at <= clock.now + interval '200000000000 seconds'
+    ORDER BY h.run_at, h.id
+    LIMIT %(n)s
+    FOR UPDATE OF h SKIP LOCKED))
+RETURNING j.id, j.queue;
+
+-- name: limit_spend
+-- The rate's tokens an admission used (after limit_lock, in its transaction).
+UPDATE plunder_limits SET tokens = tokens - %(n)s WHERE key = %(key)s;
+
+-- name: limit_hold
+-- The key's admitted jobs that no claim took yet, held again (a pause).
+UPDATE plunder_jobs SET run_at = run_at + interval '200000000000 seconds'
+WHERE limit_key = %(key)s AND status = 'pending' AND run_at < '4000-01-01'::timestamptz
+RETURNING id;
+
+-- name: limit_pause
+-- No admission of the key for %(seconds)s seconds; a pause that ends later stays.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+INSERT INTO plunder_limits (key, tokens, refilled_at, paused_until)
+SELECT %(key)s, 0, clock.now, clock.now + %(seconds)s::float8 * interval '1 second'
+FROM clock
+ON CONFLICT (key) DO UPDATE
+SET paused_until = GREATEST(plunder_limits.paused_until, excluded.paused_until)
+RETURNING paused_until;
+
+-- name: limit_resume
+UPDATE plunder_limits SET paused_until = NULL WHERE key = %(key)s RETURNING key;
+
+-- name: limit_due
+-- The keys that are not paused and have held jobs that are due: the janitor's admissions.
+-- One probe of plunder_jobs_limited per limit.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+SELECT l.key FROM plunder_limits AS l, clock
+WHERE (l.paused_until IS NULL OR l.paused_until <= clock.now)
+  AND EXISTS (SELECT FROM plunder_jobs AS j
+              WHERE j.limit_key = l.key AND j.status = 'pending'
+                AND j.run_at >= '4000-01-01'::timestamptz
+                AND j.run_at <= clock.now + interval '200000000000 seconds')
+ORDER BY l.key;
+
+-- name: limit_list
+-- Every limit with its jobs running, admitted (pending, not held) and held; a pause that
+-- has ended reads NULL. A read for people, as queue_counts.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+SELECT l.key, l.ceiling, l.rate_count, l.rate_period,
+       CASE WHEN l.paused_until > clock.now THEN l.paused_until END AS paused_until,
+       count(*) FILTER (WHERE j.status = 'running') AS running,
+       count(*) FILTER (WHERE j.status = 'pending' AND j.run_at < '4000-01-01'::timestamptz)
+           AS admitted,
+       count(*) FILTER (WHERE j.status = 'pending' AND j.run_at >= '4000-01-01'::timestamptz)
+           AS held
+FROM plunder_limits AS l CROSS JOIN clock
+LEFT JOIN plunder_jobs AS j
+  ON j.limit_key = l.key AND j.status IN ('pending', 'running')
+GROUP BY l.key, l.ceiling, l.rate_count, l.rate_period, l.paused_until, clock.now
+ORDER BY l.key;

@@ -50,11 +50,12 @@ UPDATE plunder_schema SET version = :version WHERE id = 1;
 INSERT INTO plunder_jobs (
     id, queue, task, args, kwargs, priority, max_attempts, timeout,
     backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
-    retry_on_lost, expires_at
+    retry_on_lost, expires_at, limit_key
 )
 SELECT v.column1, :queue, :task, v.column2, v.column3, :priority, :max_attempts, :timeout,
-       :backoff_base, :backoff_cap, :retry_on_timeout, v.column4, :now + :delay, :now,
-       :retry_on_lost, :now + :expires_in
+       :backoff_base, :backoff_cap, :retry_on_timeout, v.column4,
+       :now + :delay + (:limit IS NOT NULL) * 200000000000, :now,
+       :retry_on_lost, :now + :expires_in, :limit
 FROM (VALUES (:seq, :args, :kwargs, :key)) AS v
 WHERE true
 ORDER BY v.column1
@@ -65,14 +66,15 @@ ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO 
 INSERT INTO plunder_jobs (
     id, queue, task, args, kwargs, priority, max_attempts, timeout,
     backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
-    retry_on_lost, expires_at
+    retry_on_lost, expires_at, limit_key
 )
 SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, v.column7, v.column8,
-       v.column9, v.column10, v.column11, v.column12, :now + v.column13, :now,
-       v.column14, :now + v.column15
+       v.column9, v.column10, v.column11, v.column12,
+       :now + v.column13 + (v.column16 IS NOT NULL) * 200000000000, :now,
+       v.column14, :now + v.column15, v.column16
 FROM (VALUES (:seq, :queue, :task, :args, :kwargs, :priority, :max_attempts, :timeout,
               :backoff_base, :backoff_cap, :retry_on_timeout, :key, :delay,
-              :retry_on_lost, :expires_in)) AS v
+              :retry_on_lost, :expires_in, :limit)) AS v
 WHERE true
 ORDER BY v.column1
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING;
@@ -88,7 +90,7 @@ SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'plunder_jobs'
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-       retry_on_lost, expires_at
+       retry_on_lost, expires_at, limit_key
 FROM plunder_jobs
 WHERE key IN (SELECT value FROM json_each(:keys)) AND status IN ('pending', 'running');
 
@@ -97,7 +99,7 @@ WHERE key IN (SELECT value FROM json_each(:keys)) AND status IN ('pending', 'run
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-       retry_on_lost, expires_at
+       retry_on_lost, expires_at, limit_key
 FROM plunder_jobs WHERE id = :job_id;
 
 -- name: job_claim_level
@@ -187,7 +189,7 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
           finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-          retry_on_lost, expires_at;
+          retry_on_lost, expires_at, limit_key;
 
 -- name: run_close
 -- batch. The history row of an attempt that ended other than in success, written once, as
@@ -254,7 +256,9 @@ WHERE plunder_jobs.id = b.column1 AND +plunder_jobs.attempt = b.column2
 -- :retry is true and attempts remain; otherwise the job ends in :final_status.
 UPDATE plunder_jobs
 SET status = CASE WHEN :retry AND attempt < max_attempts THEN 'pending' ELSE :final_status END,
-    run_at = CASE WHEN :retry AND attempt < max_attempts THEN :now + :delay ELSE run_at END,
+    -- a limited job goes back held (see limit_admit)
+    run_at = CASE WHEN :retry AND attempt < max_attempts
+                  THEN :now + :delay + (limit_key IS NOT NULL) * 200000000000 ELSE run_at END,
     finished_at = CASE WHEN :retry AND attempt < max_attempts THEN NULL ELSE :now END,
     session_id = CASE WHEN :retry AND attempt < max_attempts THEN NULL ELSE session_id END,
     error = :error,
@@ -271,8 +275,10 @@ RETURNING id, attempt, :session_id AS session_id, status, queue;
 -- used is not counted against max_attempts. started_at stays, as after a failed attempt:
 -- the released run's history row reads it (run_close).
 UPDATE plunder_jobs
-SET status = 'pending', run_at = :now, session_id = NULL,
-    deadline_at = NULL, max_attempts = max_attempts + 1
+SET status = 'pending', session_id = NULL, deadline_at = NULL,
+    max_attempts = max_attempts + 1,
+    -- a limited job goes back held (see limit_admit)
+    run_at = :now + (limit_key IS NOT NULL) * 200000000000
 WHERE id = :job_id AND attempt = :attempt AND session_id = :session_id
   AND status = 'running'
 RETURNING id, attempt, :session_id AS session_id, status, queue;
@@ -314,27 +320,28 @@ WHERE id = :job_id AND status IN ('pending', 'running')
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
           finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-          retry_on_lost, expires_at;
+          retry_on_lost, expires_at, limit_key;
 
 -- name: job_retry
 -- By a person or the API: one more attempt for a job that ended without success. Without
 -- a start-by deadline: an expired job retried runs whenever a worker takes it.
 UPDATE plunder_jobs
-SET status = 'pending', run_at = :now, finished_at = NULL, started_at = NULL,
+SET status = 'pending', finished_at = NULL, started_at = NULL,
+    run_at = :now + (limit_key IS NOT NULL) * 200000000000,  -- held (see limit_admit)
     session_id = NULL, result = NULL, error = NULL, expires_at = NULL,
     max_attempts = max(max_attempts, attempt + 1)
 WHERE id = :job_id AND status IN ('failed', 'timed_out', 'cancelled', 'expired')
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
           finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-          retry_on_lost, expires_at;
+          retry_on_lost, expires_at, limit_key;
 
 -- name: job_list
 -- Newest first, keyset-paginated by id (:after is the last id of the previous page).
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-       retry_on_lost, expires_at
+       retry_on_lost, expires_at, limit_key
 FROM plunder_jobs
 WHERE (:queue IS NULL OR queue = :queue)
   AND (:status IS NULL OR status = :status)
@@ -458,7 +465,9 @@ WHERE session_id = :session_id AND status = 'running';
 UPDATE plunder_jobs
 SET status = CASE WHEN retry_on_lost AND attempt < max_attempts THEN 'pending'
                   ELSE 'timed_out' END,
-    run_at = CASE WHEN run_at < :now THEN run_at ELSE :now END,
+    -- a limited job goes back held (see limit_admit)
+    run_at = CASE WHEN run_at < :now THEN run_at ELSE :now END
+        + (limit_key IS NOT NULL AND retry_on_lost AND attempt < max_attempts) * 200000000000,
     finished_at = CASE WHEN retry_on_lost AND attempt < max_attempts THEN NULL ELSE :now END,
     error = CASE WHEN retry_on_lost THEN :error
                  ELSE '{"type":"plunder.WorkerLost","message":' || json_quote(
@@ -491,7 +500,9 @@ ORDER BY deadline_at LIMIT :limit;
 UPDATE plunder_jobs
 SET status = CASE WHEN retry_on_timeout AND attempt < max_attempts THEN 'pending'
                   ELSE 'timed_out' END,
-    run_at = :now,
+    -- a limited job goes back held (see limit_admit)
+    run_at = :now + (limit_key IS NOT NULL AND retry_on_timeout
+                     AND attempt < max_attempts) * 200000000000,
     finished_at = CASE WHEN retry_on_timeout AND attempt < max_attempts THEN NULL
                        ELSE :now END,
     error = :error,
@@ -651,3 +662,97 @@ ON CONFLICT (queue) DO NOTHING;
 
 -- name: queue_group_list
 SELECT queue, group_name FROM plunder_queue_groups ORDER BY queue;
+
+-- name: limit_declare
+-- batch. The limits a batch of jobs names, each made as its task declares it when it is
+-- new (its rate's bucket full); one that exists keeps what it holds (limit_set changes it).
+INSERT INTO plunder_limits (key, ceiling, rate_count, rate_period, tokens, refilled_at)
+VALUES (:key, :ceiling, :rate_count, :rate_period, coalesce(:rate_count, 0), :now)
+ON CONFLICT (key) DO NOTHING;
+
+-- name: limit_set
+-- A limit as a person or the API sets it: its ceiling and rate replaced.
+INSERT INTO plunder_limits (key, ceiling, rate_count, rate_period, tokens, refilled_at)
+VALUES (:key, :ceiling, :rate_count, :rate_period, coalesce(:rate_count, 0), :now)
+ON CONFLICT (key) DO UPDATE
+SET ceiling = excluded.ceiling, rate_count = excluded.rate_count,
+    rate_period = excluded.rate_period,
+    -- a rate new to the key starts with a full bucket, as a new limit does
+    tokens = CASE WHEN plunder_limits.rate_count IS NULL THEN coalesce(excluded.rate_count, 0)
+                  ELSE min(plunder_limits.tokens, coalesce(excluded.rate_count, 0)) END;
+
+-- name: limit_lock
+-- The first step of an admission (plunder.store.limits): the key's row, its rate's bucket
+-- refilled (SQLite's writers take turns: the transaction holds the write lock already).
+UPDATE plunder_limits
+SET tokens = CASE WHEN rate_count IS NULL THEN 0 ELSE min(rate_count,
+        tokens + max(:now - refilled_at, 0) * rate_count / rate_period) END,
+    refilled_at = :now
+WHERE key = :key
+RETURNING key, ceiling, rate_count, tokens, coalesce(paused_until > :now, 0) AS paused;
+
+-- name: limit_busy
+-- The key's jobs that run or are admitted (pending, not held): what its ceiling bounds.
+-- (64060588800: the year 4000, from which on a job is held.)
+SELECT count(*) AS n FROM plunder_jobs
+WHERE limit_key = :key AND status IN ('pending', 'running') AND run_at < 64060588800;
+
+-- name: limit_admit
+-- Up to :n of the key's held jobs that are due, the first due first, admitted: back to
+-- their due time, where a claim takes them in their place. (A REAL that large keeps its
+-- time to some 30 microseconds: a job admitted may be due that much later than it was.)
+UPDATE plunder_jobs
+SET run_at = run_at - 200000000000
+WHERE id IN (
+    SELECT h.id FROM plunder_jobs AS h
+    WHERE h.limit_key = :key AND h.status = 'pending'
+      AND h.run_at >= 64060588800 AND h.run_at <= :now + 200000000000
+    ORDER BY h.run_at, h.id
+    LIMIT :n)
+RETURNING id, queue;
+
+-- name: limit_spend
+-- The rate's tokens an admission used (after limit_lock, in its transaction).
+UPDATE plunder_limits SET tokens = tokens - :n WHERE key = :key;
+
+-- name: limit_hold
+-- The key's admitted jobs that no claim took yet, held again (a pause).
+UPDATE plunder_jobs SET run_at = run_at + 200000000000
+WHERE limit_key = :key AND status = 'pending' AND run_at < 64060588800
+RETURNING id;
+
+-- name: limit_pause
+-- No admission of the key for :seconds seconds; a pause that ends later stays.
+INSERT INTO plunder_limits (key, tokens, refilled_at, paused_until)
+VALUES (:key, 0, :now, :now + :seconds)
+ON CONFLICT (key) DO UPDATE
+SET paused_until = max(coalesce(plunder_limits.paused_until, excluded.paused_until),
+                       excluded.paused_until)
+RETURNING paused_until;
+
+-- name: limit_resume
+UPDATE plunder_limits SET paused_until = NULL WHERE key = :key RETURNING key;
+
+-- name: limit_due
+-- The keys that are not paused and have held jobs that are due: the janitor's admissions.
+-- One probe of plunder_jobs_limited per limit.
+SELECT l.key FROM plunder_limits AS l
+WHERE (l.paused_until IS NULL OR l.paused_until <= :now)
+  AND EXISTS (SELECT 1 FROM plunder_jobs AS j
+              WHERE j.limit_key = l.key AND j.status = 'pending'
+                AND j.run_at >= 64060588800 AND j.run_at <= :now + 200000000000)
+ORDER BY l.key;
+
+-- name: limit_list
+-- Every limit with its jobs running, admitted (pending, not held) and held; a pause that
+-- has ended reads NULL. A read for people, as queue_counts.
+SELECT l.key, l.ceiling, l.rate_count, l.rate_period,
+       CASE WHEN l.paused_until > :now THEN l.paused_until END AS paused_until,
+       count(j.id) FILTER (WHERE j.status = 'running') AS running,
+       count(j.id) FILTER (WHERE j.status = 'pending' AND j.run_at < 64060588800) AS admitted,
+       count(j.id) FILTER (WHERE j.status = 'pending' AND j.run_at >= 64060588800) AS held
+FROM plunder_limits AS l
+LEFT JOIN plunder_jobs AS j
+  ON j.limit_key = l.key AND j.status IN ('pending', 'running')
+GROUP BY l.key
+ORDER BY l.key;

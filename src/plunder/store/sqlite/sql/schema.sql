@@ -42,7 +42,9 @@ CREATE TABLE plunder_jobs (
     run_worker TEXT,
     run_host TEXT,
     run_pid INTEGER,
-    run_logs TEXT
+    run_logs TEXT,
+    -- its limit key (migration 14; docs/guide/limits.md)
+    limit_key TEXT
 );
 
 -- Claims walk one queue's pending jobs in claim order, one priority level at a time, and
@@ -57,6 +59,10 @@ CREATE INDEX plunder_jobs_expires ON plunder_jobs (expires_at)
 -- An idempotency key names at most one active job.
 CREATE UNIQUE INDEX plunder_jobs_key ON plunder_jobs (key)
     WHERE key IS NOT NULL AND status IN ('pending', 'running');
+-- A limit key's jobs that run, are admitted or are held (migration 14): admission counts
+-- the first and walks the last in the order they are due.
+CREATE INDEX plunder_jobs_limited ON plunder_jobs (limit_key, run_at, id)
+    WHERE limit_key IS NOT NULL AND status IN ('pending', 'running');
 
 CREATE TABLE plunder_runs (
     job_id INTEGER NOT NULL REFERENCES plunder_jobs (id) ON DELETE CASCADE,
@@ -143,4 +149,17 @@ CREATE TABLE plunder_keys (
 CREATE TABLE plunder_queue_groups (
     queue TEXT PRIMARY KEY,
     group_name TEXT NOT NULL
+);
+
+-- A limit: at most `ceiling` jobs running or admitted (NULL: no ceiling), at most
+-- `rate_count` admitted per `rate_period` seconds (a bucket of `tokens`, refilled at that
+-- rate up to rate_count), none admitted before `paused_until`.
+CREATE TABLE plunder_limits (
+    key TEXT PRIMARY KEY,
+    ceiling INTEGER CHECK (ceiling IS NULL OR ceiling >= 1),
+    rate_count INTEGER CHECK (rate_count IS NULL OR rate_count >= 1),
+    rate_period REAL CHECK (rate_period IS NULL OR rate_period > 0),
+    tokens REAL NOT NULL DEFAULT 0,
+    refilled_at REAL NOT NULL,
+    paused_until REAL
 );

@@ -72,6 +72,16 @@ class WorkerOptions:
         """The pooled connections the worker's own calls need (the hub's is the app's)."""
         return 2 if self.depth > 1 else 1
 
+    def checked(self, app: App) -> WorkerOptions:
+        """These options, once sound for this app (before a store is opened for them)."""
+        if self.concurrency < 1:
+            raise errors.ConfigError("concurrency must be at least 1")
+        if not 1 <= self.depth <= MAX_DEPTH:
+            raise errors.ConfigError(f"depth must be from 1 to {MAX_DEPTH}, not {self.depth!r}")
+        if not len(app.registry):
+            raise errors.ConfigError("the app has no tasks: nothing to work on")
+        return self
+
 
 class Worker:
     """A worker for ``app``'s tasks. Its jobs come through ``link`` (the worker protocol:
@@ -91,13 +101,7 @@ class Worker:
         link: WorkerProtocol | None = None,
     ) -> None:
         self.app = app
-        self.options = options = options or WorkerOptions()
-        if options.concurrency < 1:
-            raise errors.ConfigError("concurrency must be at least 1")
-        if not 1 <= options.depth <= MAX_DEPTH:  # before a store is opened for it
-            raise errors.ConfigError(f"depth must be from 1 to {MAX_DEPTH}, not {options.depth!r}")
-        if not len(app.registry):
-            raise errors.ConfigError("the app has no tasks: nothing to work on")
+        self.options = options = (options or WorkerOptions()).checked(app)
         self.settings = app.settings
         self.name = options.name or f"{socket.gethostname()}:{os.getpid()}"
         self._app_name = f"plunder:worker:{self.name}"[:60]

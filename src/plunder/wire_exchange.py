@@ -109,19 +109,19 @@ def _completion(row: Any, session_id: str) -> Completion:
 # -- the answer --------------------------------------------------------------------------
 def reply_out(reply: Reply) -> dict[str, Any]:
     rows = []
-    times: dict[datetime, str] = {}  # each distinct time written once
+    # each distinct time written once (an equal time of another offset: again, as it is)
+    times: dict[datetime, tuple[datetime, str]] = {}
     for job in reply.claimed:
         row = list(_values(job))
         for i in _TIMES:
             value = row[i]
-            if value is not None:
-                text = times.get(value)
-                if text is None:
-                    text = times[value] = value.isoformat()
-                row[i] = text
-        row[_STATUS] = job.status.value
-        row[_FAILED_SESSIONS] = list(job.failed_sessions)
-        rows.append(row)
+            if value is None:
+                continue
+            seen = times.get(value)
+            if seen is None or seen[0].tzinfo is not value.tzinfo:
+                seen = times[value] = (value, value.isoformat())
+            row[i] = seen[1]
+        rows.append(row)  # its status (a StrEnum) and failed sessions (a tuple) JSON as they are
     return {
         "completed": _ack_out(reply.completed),
         "failed": _ack_out(reply.failed),

@@ -1,17 +1,23 @@
 """A remote worker's turns sent ahead through a real gateway process (HttpPipe): several
 exchanges in flight at once, each on an HTTP connection of its own; a claim sent ahead
 never waits at the gateway; a connection the gateway closed loses no turn; a gateway
-killed with turns in flight fails them over; remote workers drain every job once."""
+killed with turns in flight fails them over; remote workers drain every job once; TLS
+checked as the Client checks it."""
 
 from __future__ import annotations
 
+import shutil
 import signal
+import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import plunder
@@ -28,6 +34,7 @@ from tests.gateway.test_protocol_contract import enqueue, hello
 from tests.gateway.test_remote_worker import remote_worker, serving
 from tests.support import gateway as support
 from tests.support.gateway import Gateway
+from tests.support.pgcluster import free_port
 from tests.worker.conftest import wait_for
 
 
@@ -247,3 +254,62 @@ def test_remote_workers_with_turns_ahead_drain_every_job_once(
     finally:
         stop(*workers)
     assert "Traceback" not in log.read_text()
+
+
+@pytest.fixture
+def tls_gateway(store_url: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A gateway serving HTTPS with a certificate of its own for 127.0.0.1 (openssl)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    port = free_port()
+    log = (tmp_path / "tls-gateway.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "plunder", "--db", store_url, "serve", "--port", str(port),
+         "--tls-cert", str(cert), "--tls-key", str(key)],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        env=support.env_without_database(), cwd=support.ROOT,
+    )  # fmt: skip
+    url = f"https://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _healthy(url, cert), timeout=30, what="the HTTPS gateway")
+        yield url, cert
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        log.close()
+
+
+def _healthy(url: str, cert: Path) -> bool:
+    try:
+        context = ssl.create_default_context(cafile=str(cert))
+        return httpx.get(url + "/v1/health", timeout=1, verify=context).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_turns_go_ahead_over_tls_checked_as_the_client_checks(
+    tls_gateway: tuple[str, Path], keys: Keys, store: Store
+) -> None:
+    url, cert = tls_gateway
+    ids = enqueue(store, 4)
+    trusting = HttpLink(Client(url, keys.worker, verify=str(cert), busy_total=1.0))
+    doubting = HttpLink(Client(url, keys.worker, busy_total=1.0))  # the system's CAs
+    try:
+        session = trusting.open(hello())
+        pipe = trusting.pipe()
+        send(pipe, session.id, [], limit=2)
+        send(pipe, session.id, [], limit=2)
+        claimed = [j for _ in range(2) for j in pipe.receive().jobs()]
+        assert sorted(j.id for j in claimed) == ids
+        with pytest.raises(errors.StoreUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
+            send(doubting.pipe(), session.id, [])
+    finally:
+        trusting.close_client()
+        doubting.close_client()

@@ -11,6 +11,7 @@ or 503 before doing anything).
 from __future__ import annotations
 
 import itertools
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -47,7 +48,7 @@ class Client:
         key: str | None,
         *,
         busy_total: float = policy.BUSY_TOTAL,
-        verify: bool | str = True,
+        verify: bool | str | ssl.SSLContext = True,
         call_timeout: float = CALL_TIMEOUT,
     ) -> None:
         if not key:
@@ -59,12 +60,16 @@ class Client:
         self.url = ",".join(self.urls)
         self.busy_total = busy_total
         self.call_timeout = call_timeout  # seconds for an answer, beyond a long-poll's wait
-        self.verify = verify  # as httpx takes it: check the certificate, or a CA bundle's path
+        # check the certificate (True: as httpx does), or not, or trust a CA bundle's path
+        # (given as a context: httpx takes no path now)
+        if isinstance(verify, str):
+            verify = ssl.create_default_context(cafile=verify)
+        self.verify = verify
         self._key = key
         self._http = httpx.Client(
             timeout=httpx.Timeout(call_timeout, connect=CONNECT_TIMEOUT),
             headers=self.headers(),
-            verify=verify,
+            verify=self.verify,
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
         )
         self._lock = threading.Lock()

@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
+
 from plunder import errors, policy, wire_exchange
 from plunder.model import AckResult, Completion, JobRecord
 from plunder.protocol import ClaimRequest, Reply
@@ -195,6 +197,7 @@ class HttpPipe:
         body = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         try:
             line = self._write(f"/v1/sessions/{session_id}/exchange", body.encode())
+            line.conn.sock.settimeout(self.client.call_timeout + claim.wait)  # as Client's
         except BaseException:
             self._drop()
             raise
@@ -311,8 +314,6 @@ class HttpPipe:
             conn = http.client.HTTPConnection(parts.hostname or "", parts.port or 80,
                                               timeout=timeout)  # fmt: skip
         conn.connect()
-        assert conn.sock is not None
-        conn.sock.settimeout(self.client.call_timeout)
         return _Line(index, base, parts.path.rstrip("/"), conn, time.monotonic())
 
     def _read(self, line: _Line) -> tuple[int, Any, bool]:
@@ -364,13 +365,6 @@ def _readable(sock: socket.socket) -> bool:
     return bool(readable)
 
 
-def _tls_context(verify: bool | str) -> ssl.SSLContext:
-    """As the Client checks certificates: against the system's CAs, a bundle's, or not."""
-    if verify is False:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        return context
-    if isinstance(verify, str):
-        return ssl.create_default_context(cafile=verify)
-    return ssl.create_default_context()
+def _tls_context(verify: bool | ssl.SSLContext) -> ssl.SSLContext:
+    """The Client's certificate checks (its ``verify``), as a context for http.client."""
+    return verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify)

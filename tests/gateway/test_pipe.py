@@ -62,21 +62,23 @@ def send(pipe: HttpPipe, session_id: str, done: list[JobRecord], **claim: Any) -
 
 
 def test_turns_go_ahead_and_come_back_in_order(link: HttpLink, store: Store) -> None:
-    ids = enqueue(store, 30)
+    ids = enqueue(store, 20)
     session = link.open(hello())
     pipe = link.pipe()
-    assert pipe.depth == DEPTH == 3
-    for _ in range(3):
+    assert pipe.depth == DEPTH == 2
+    for _ in range(2):
         send(pipe, session.id, [])
-    assert pipe.in_flight == 3 and pipe.claiming == 30  # all three written, none read
-    answers = [pipe.receive() for _ in range(3)]
+    assert pipe.in_flight == 2 and pipe.claiming == 20  # both written, none read
+    with pytest.raises(RuntimeError):
+        send(pipe, session.id, [])
+    answers = [pipe.receive() for _ in range(2)]
     claimed = [j for a in answers for j in a.jobs()]
-    assert sorted(j.id for j in claimed) == ids and [a.claimed for a in answers] == [10] * 3
+    assert sorted(j.id for j in claimed) == ids and [a.claimed for a in answers] == [10] * 2
     assert all(j.status is Status.RUNNING and j.session_id == session.id for j in claimed)
     # their results go out with the next turns, two in flight at once
     send(pipe, session.id, claimed[:15])
     send(pipe, session.id, claimed[15:])
-    assert len(pipe.completions()) == 30
+    assert len(pipe.completions()) == 20
     settled = [pipe.receive().settle() for _ in range(2)]
     assert sorted(c.job_id for s in settled for c in s.accepted) == ids
     assert [store.job_get(i).result for i in ids] == [{"done": i} for i in ids]
@@ -240,7 +242,7 @@ def test_a_worker_through_the_gateway_has_several_turns_in_flight(
 def test_remote_workers_with_turns_ahead_drain_every_job_once(
     gateway: Gateway, keys: Keys, store: Store, tmp_path: Path
 ) -> None:
-    """Two remote worker processes (-c 30: turns of 10, three in flight) drain 3,000
+    """Two remote worker processes (-c 30: turns of 15, two in flight) drain 3,000
     short jobs: each succeeded by exactly one run."""
     log = tmp_path / "workers.log"
     workers = [remote_worker(gateway, keys.gpu_worker, log, "-c", "30") for _ in range(2)]

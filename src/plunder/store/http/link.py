@@ -2,8 +2,8 @@
 
 An exchange that claims and finds nothing waits at the gateway (as long as its claim
 request's ``wait`` says) until a job arrives in one of its queues; the worker's loop sees
-a slow exchange, not a poll. A busy worker sends its turns ahead (``pipe()``: up to three
-in flight, each on a connection of its own; plunder.store.http.pipe); the rest of the
+a slow exchange, not a poll. A busy worker sends its turns ahead (``pipe()``: two in
+flight, each on a connection of its own; plunder.store.http.pipe); the rest of the
 protocol goes through the Client, one call at a time on each thread.
 """
 
@@ -107,7 +107,8 @@ class HttpLink:
         return pipe
 
     def close_client(self) -> None:
-        """Close the connections to the gateways (after the worker closed its session)."""
+        """Close the connections to the gateways, the pipes' too (after the worker closed
+        its session)."""
         for pipe in self._pipes:
             pipe.release()
         self.client.close()

@@ -11,7 +11,9 @@ on the worker's own thread.
 A turn is the exchange HttpLink.exchange makes (``POST /v1/sessions/{id}/exchange``, the
 same headers and JSON), written with http.client's ``request()`` and read later with
 ``getresponse()``. Up to DEPTH are in flight, read oldest first; the gateway runs them
-side by side, each committing on its own. Only the one turn a pipe has in flight may
+side by side, each committing on its own. Two, not three as on PostgreSQL: a turn through
+a gateway costs more whatever its size, and halves of the slots drained faster than
+thirds (docs/decisions/0009-the-gateway.md). Only the one turn a pipe has in flight may
 wait at the gateway for work (its claim's ``wait``: an idle worker's long-poll, with no
 results to send); a claim sent while another turn is on its way never waits: the worker
 has work coming, and the results of that work would wait with it.
@@ -50,7 +52,7 @@ from plunder.model import AckResult, Completion, JobRecord
 from plunder.protocol import ClaimRequest, Reply
 from plunder.store.http.client import CONNECT_TIMEOUT, Client, error_of
 
-DEPTH = 3  # turns in flight at most, each on its own connection
+DEPTH = 2  # turns in flight at most, each on its own connection (decision 0009)
 IDLE = 2.0  # seconds a kept connection may idle before it is dropped (uvicorn: 5)
 REST = policy.BUSY_INTERVAL  # seconds without turns sent ahead after one failed
 GONE = 410  # the session is gone: the exchange did nothing

@@ -114,6 +114,24 @@ def test_a_claim_with_results_never_waits_at_the_gateway(link: HttpLink, store: 
     assert answer.claimed == 0 and answer.settle().accepted == (job.claim,)
 
 
+def test_a_lost_session_cuts_the_turn_in_flight(link: HttpLink) -> None:
+    """The heartbeat's thread gives up the calls of a lost session (``link.cut``): a read
+    waiting at the gateway fails now, not when the long-poll ends."""
+    session = link.open(hello())
+    pipe = link.pipe()
+    send(pipe, session.id, [], wait=20.0)
+    cutter = threading.Timer(0.3, lambda: link.cut("the worker's session was lost"))
+    began = time.monotonic()
+    cutter.start()
+    try:
+        with pytest.raises(errors.StoreUnavailable):
+            pipe.receive()
+    finally:
+        cutter.join()
+    assert time.monotonic() - began < 5.0 and pipe.in_flight == 0
+    assert link.cut("again") == 0  # nothing left in flight
+
+
 def test_a_turn_of_a_closed_session_says_so_and_writes_nothing(
     link: HttpLink, store: Store
 ) -> None:

@@ -213,14 +213,14 @@ class HttpPipe:
         error for a refusal, as Client does); after one, nothing is in flight."""
         if not self._flights:
             raise RuntimeError("no turn is in flight")
-        flight = self._flights.popleft()
+        flight = self._flights[0]  # in flight while it is read: ``cut`` sees it
         line = flight.line
         try:
             status, data, reusable = self._read(line)
         except BaseException:
-            line.conn.close()
-            self._fail()
+            self._fail()  # this turn's connection closed with the rest
             raise
+        self._flights.popleft()
         if reusable:
             line.used_at = time.monotonic()
             self._idle.append(line)

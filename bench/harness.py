@@ -153,7 +153,8 @@ SYSTEMS = {
                 "10": ["sessions"],
             },
             "through `plunder serve` (pool of 8): remote workers `-c 300` with a worker key "
-            "and no database URL (one exchange at a time); scenario 4's producer through "
+            "and no database URL (two turns in flight, each claiming up to 150); scenario "
+            "4's producer through "
             "the gateway too; scenario 10: 200 idle remote sessions on one gateway",
         ),
         System(

@@ -34,7 +34,7 @@ from bench.systems.plunder import CONCURRENCY, Probe, _app, _epoch, _sessions
 
 SETTINGS = {
     "worker": "python -m plunder worker -A bench.tasks:app -c 300 --url http://127.0.0.1:PORT "
-    "(a worker key; one exchange at a time)",
+    "(a worker key; two turns in flight)",
     "gateway": "python -m plunder serve (pool of 8 connections, one listening)",
 }
 

@@ -295,7 +295,7 @@ class JobRecord:
         """The current claim; only meaningful while the job is running."""
         if self.session_id is None:
             raise ValueError(f"job {self.id} is not claimed")
-        return _build_claim(self.id, self.attempt, self.session_id)
+        return build_claim(self.id, self.attempt, self.session_id)
 
     @property
     def suspect(self) -> bool:
@@ -310,7 +310,7 @@ class JobRecord:
 
 # JobRecord(*values), fields in declaration order, at a sixth of the cost
 build_job = positional_builder(JobRecord)
-_build_claim = positional_builder(Claim)  # asked for twice per job a worker runs
+build_claim = positional_builder(Claim)  # asked for twice per job a worker runs
 # Completion(claim, result, logs, effects, encoded): one per job a worker runs
 build_completion = positional_builder(Completion)
 

@@ -13,15 +13,16 @@
 ```
 
 Every call is one request and one answer, with values only, so that it can be spoken over
-HTTP unchanged; the two exceptions belong to the SQL store's link alone: a heartbeat may
-name a connection of its own to go ``via`` (the hub's), and ``pipe()`` gives turns sent
-ahead on a held connection (a gateway's link gives None). A worker's loop is written against this
-protocol alone; ``plunder.store.link.StoreLink`` speaks it to the SQL store, and a test
-double lets the loop be tested without a database.
+HTTP unchanged; the exceptions: a heartbeat may name a connection of its own to go ``via``
+(the SQL store's link: the hub's), and ``pipe()`` gives turns sent ahead. A worker's loop
+is written against this protocol alone; ``plunder.store.link.StoreLink`` speaks it to the
+SQL store, ``plunder.store.http.HttpLink`` to a gateway, and a test double lets the loop
+be tested without a database.
 
-Some transports can keep several exchanges in flight on one connection (PostgreSQL's
-pipeline mode): ``pipe()`` gives one, or None, and the worker then makes one exchange at a
-time (depth 1).
+Some transports can keep several exchanges in flight (PostgreSQL's pipeline mode, on one
+held connection; a gateway's link, each on an HTTP connection of its own): ``pipe()``
+gives a ``plunder.store.base.TurnPipe``, or None (SQLite), and the worker then makes one
+exchange at a time (depth 1).
 """
 
 from __future__ import annotations
@@ -165,6 +166,6 @@ class WorkerProtocol(Protocol):
         ...
 
     def pipe(self) -> Any:
-        """Exchanges sent ahead on one held connection (a ``plunder.store.base.TurnPipe``),
-        or None where this transport makes one at a time."""
+        """Exchanges sent ahead (a ``plunder.store.base.TurnPipe``), or None where this
+        transport makes one at a time."""
         ...

@@ -8,10 +8,11 @@ protocol (plunder.protocol), with up to ``depth`` turns in flight.
 ```
 
 One turn at a time, the worker waits for each exchange; that is all a link without a pipe
-(SQLite, a gateway) offers. Where the link has a pipe (PostgreSQL's pipeline mode:
-plunder.store.postgres.turns), a busy worker sends its next turn before it waits for the oldest in
-flight, as soon as the outcomes of the jobs it started leave slots for a full claim: the
-database then goes from turn to turn without waiting for the worker in between. A turn
+(SQLite) offers. Where the link has a pipe (PostgreSQL's pipeline mode:
+plunder.store.postgres.turns; a gateway's, over HTTP connections: plunder.store.http.pipe),
+a busy worker sends its next turn before it waits for the oldest in flight, as soon as the
+outcomes of the jobs it started leave slots for a full claim: the database then goes from
+turn to turn without waiting for the worker in between. A turn
 comes back committed; its jobs start only then. A turn claims at most a share of the slots
 (one for each turn that may be in flight), less what the turns in flight may claim, so
 that the jobs running and the claims on their way never exceed the slots
@@ -240,6 +241,7 @@ class Turns:
                 tasks=claim.tasks,
                 limit=claim.limit,
                 take_suspect=claim.take_suspect,
+                wait=claim.wait,  # an idle worker's, where the link long-polls
             )
         except errors.StoreError as exc:  # the turns in flight are never read: sent again
             self.outbox.completions[:0] = in_flight

@@ -11,18 +11,30 @@ worker, hundreds of outcomes in and jobs out per request, so written as rows, no
 ```
 
 Every claim in an exchange is the session's own (the gateway refuses others), so rows
-leave the session id out. Readers are as strict as plunder.wire's: a row of the wrong
-shape is a WireError naming it.
+leave the session id out. The jobs of one claim mostly share their times (enqueued
+together, claimed in one statement): each distinct time is written, and read, once per
+answer. Readers are as strict as plunder.wire's: a row of the wrong shape is a WireError
+naming it.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from plunder import wire
-from plunder.model import AckResult, Claim, Completion, Failure, JobRecord, build_job
+from plunder.model import (
+    AckResult,
+    Claim,
+    Completion,
+    Failure,
+    JobRecord,
+    build_claim,
+    build_completion,
+    build_job,
+)
 from plunder.protocol import ClaimRequest, Outcome, Release, Reply
 from plunder.states import Status
 from plunder.wire import MAX_LIST, Fields, WireError
@@ -83,7 +95,7 @@ def _claim(row: Any, session_id: str, width: int, what: str) -> Claim:
     job_id, attempt = row[0], row[1]
     if type(job_id) is not int or type(attempt) is not int:
         raise WireError(f"{what}: job id and attempt must be integers, not {row[:2]!r:.60}")
-    return Claim(job_id, attempt, session_id)
+    return build_claim(job_id, attempt, session_id)
 
 
 def _completion(row: Any, session_id: str) -> Completion:
@@ -91,20 +103,25 @@ def _completion(row: Any, session_id: str) -> Completion:
     logs = row[3]
     if type(logs) is not list or not all(type(line) is str for line in logs):
         raise WireError(f"job {claim.job_id}'s logs must be a list of strings")
-    return Completion(claim, row[2], tuple(logs))
+    return build_completion(claim, row[2], tuple(logs), None, None)
 
 
 # -- the answer --------------------------------------------------------------------------
 def reply_out(reply: Reply) -> dict[str, Any]:
     rows = []
+    # each distinct time written once (an equal time of another offset: again, as it is)
+    times: dict[datetime, tuple[datetime, str]] = {}
     for job in reply.claimed:
         row = list(_values(job))
         for i in _TIMES:
-            if row[i] is not None:
-                row[i] = row[i].isoformat()
-        row[_STATUS] = job.status.value
-        row[_FAILED_SESSIONS] = list(job.failed_sessions)
-        rows.append(row)
+            value = row[i]
+            if value is None:
+                continue
+            seen = times.get(value)
+            if seen is None or seen[0].tzinfo is not value.tzinfo:
+                seen = times[value] = (value, value.isoformat())
+            row[i] = seen[1]
+        rows.append(row)  # its status (a StrEnum) and failed sessions (a tuple) JSON as they are
     return {
         "completed": _ack_out(reply.completed),
         "failed": _ack_out(reply.failed),
@@ -124,15 +141,23 @@ def reply_in(data: Any, session_id: str) -> Reply:
     fields.done()
     if columns != COLUMNS:
         raise WireError("an exchange's jobs come in columns this plunder does not know")
-    return Reply(completed, failed, released, tuple(_job(row) for row in rows))
+    times: dict[str, datetime] = {}  # each distinct time read once
+    return Reply(completed, failed, released, tuple(_job(row, times) for row in rows))
 
 
-def _job(row: Any) -> JobRecord:
+def _job(row: Any, times: dict[str, datetime]) -> JobRecord:
     if type(row) is not list or len(row) != len(COLUMNS):
         raise WireError(f"a job row must be a list of {len(COLUMNS)} values")
     for i in _TIMES:
-        if row[i] is not None:
-            row[i] = wire.time_in(row[i], f"a job's {COLUMNS[i]}")
+        text = row[i]
+        if text is None:
+            continue
+        if type(text) is not str:
+            raise WireError(f"a job's {COLUMNS[i]} must be a string, not {text!r:.40}")
+        value = times.get(text)
+        if value is None:
+            value = times[text] = wire.time_in(text, f"a job's {COLUMNS[i]}")
+        row[i] = value
     status = _STATUSES.get(row[_STATUS])
     if status is None:
         raise WireError(f"a job's status: unknown value {row[_STATUS]!r:.40}")

@@ -115,10 +115,10 @@ class TurnAnswer(Protocol):
 
 
 class TurnPipe(Protocol):
-    """A worker's turns sent ahead (PostgreSQL, see plunder.store.postgres.turns): each is sent
-    before the answer to the one before is read, so that the database runs it while the
-    worker starts that one's jobs. Up to ``depth`` in flight, answered in the order they
-    were sent; one thread uses it."""
+    """A worker's turns sent ahead (PostgreSQL: plunder.store.postgres.turns; a gateway:
+    plunder.store.http.pipe): each is sent before the answer to the one before is read,
+    so that the database runs it while the worker starts that one's jobs. Up to ``depth``
+    in flight, answered in the order they were sent; one thread uses it."""
 
     @property
     def sent_at(self) -> float | None:
@@ -168,9 +168,13 @@ class TurnPipe(Protocol):
         tasks: Sequence[str],
         limit: int,
         take_suspect: bool,
+        wait: float = 0.0,
     ) -> bool:
         """Send a turn as ``job_exchange_many`` would run it (completions without
-        effects, no failures). False: none sent, and none can be on this database.
+        effects, no failures). ``wait``: as ClaimRequest.wait, where the transport
+        long-polls (a gateway), and only for a turn sent with none in flight and no
+        completions; a turn sent ahead never waits. False: none sent, and none can be on
+        this database.
         After an error, whether it reached the database is unknown, and no turn is in
         flight: the turns that were are never read (their completions are the caller's
         to send again)."""

@@ -11,6 +11,7 @@ or 503 before doing anything).
 from __future__ import annotations
 
 import itertools
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -47,7 +48,7 @@ class Client:
         key: str | None,
         *,
         busy_total: float = policy.BUSY_TOTAL,
-        verify: bool | str = True,
+        verify: bool | str | ssl.SSLContext = True,
         call_timeout: float = CALL_TIMEOUT,
     ) -> None:
         if not key:
@@ -59,11 +60,16 @@ class Client:
         self.url = ",".join(self.urls)
         self.busy_total = busy_total
         self.call_timeout = call_timeout  # seconds for an answer, beyond a long-poll's wait
+        # check the certificate (True: as httpx does), or not, or trust a CA bundle's path
+        # (given as a context: httpx takes no path now)
+        if isinstance(verify, str):
+            verify = ssl.create_default_context(cafile=verify)
+        self.verify = verify
         self._key = key
         self._http = httpx.Client(
             timeout=httpx.Timeout(call_timeout, connect=CONNECT_TIMEOUT),
-            headers={"Authorization": f"Bearer {key}", "User-Agent": "plunder"},
-            verify=verify,
+            headers=self.headers(),
+            verify=self.verify,
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
         )
         self._lock = threading.Lock()
@@ -72,6 +78,10 @@ class Client:
 
     def __repr__(self) -> str:  # never the key
         return f"Client({self.url!r})"
+
+    def headers(self) -> dict[str, str]:
+        """The headers every request carries: the key, and who sends it."""
+        return {"Authorization": f"Bearer {self._key}", "User-Agent": "plunder"}
 
     def close(self) -> None:
         self._closed = True
@@ -101,12 +111,11 @@ class Client:
             "timeout": httpx.Timeout(limit, connect=min(CONNECT_TIMEOUT, limit)),
         }
         while True:
-            for index, base in self._round():
+            for index, base in self.gateways():
                 response, failure = self._try(base, path, request, idempotent)
                 if response is None:
                     continue
-                with self._lock:
-                    self._preferred = index
+                self.prefer(index)
                 if response.status_code >= 400:
                     raise _error(response, base)
                 return None if response.status_code == 204 else response.json()
@@ -136,13 +145,19 @@ class Client:
             return None, _error(response, base)
         return response, None
 
-    def _round(self) -> Iterator[tuple[int, str]]:
-        """Every gateway once, the one that answered last first."""
+    def gateways(self) -> Iterator[tuple[int, str]]:
+        """Every gateway once (its place in ``urls``, its URL), the one that answered
+        last first."""
         with self._lock:
             first = self._preferred
         count = len(self.urls)
         for i in itertools.islice(itertools.count(first), count):
             yield i % count, self.urls[i % count]
+
+    def prefer(self, index: int) -> None:
+        """The gateway at ``index`` (in ``urls``) answered: ask it first from now on."""
+        with self._lock:
+            self._preferred = index
 
     def rotate(self) -> None:
         """The preferred gateway failed a stream: prefer the next one."""

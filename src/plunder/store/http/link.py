@@ -2,7 +2,9 @@
 
 An exchange that claims and finds nothing waits at the gateway (as long as its claim
 request's ``wait`` says) until a job arrives in one of its queues; the worker's loop sees
-a slow exchange, not a poll. One exchange at a time (no pipe): depth 1.
+a slow exchange, not a poll. A busy worker sends its turns ahead (``pipe()``: two in
+flight, each on a connection of its own; plunder.store.http.pipe); the rest of the
+protocol goes through the Client, one call at a time on each thread.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from plunder import wire, wire_exchange
 from plunder.model import Claim, Heartbeat, Session
 from plunder.protocol import Beat, ClaimRequest, Hello, Outcome, Reply
 from plunder.store.http.client import Client
+from plunder.store.http.pipe import HttpPipe
 
 
 class HttpLink:
@@ -27,6 +30,7 @@ class HttpLink:
         self.client = client
         self.heartbeat_timeout = heartbeat_timeout
         self._session: str | None = None  # the last session opened: next_due asks under it
+        self._pipes: list[HttpPipe] = []
 
     def open(self, hello: Hello) -> Session:
         data = self.client.call("POST", "/v1/sessions", json=wire.hello_out(hello))
@@ -107,11 +111,19 @@ class HttpLink:
         return [int(i) for i in data["released"]]
 
     def cut(self, reason: str) -> int:
-        return 0  # each call has its own deadline; nothing holds a connection to cut
+        """The turns in flight on the pipes (each other call has its own deadline)."""
+        return sum(pipe.cut(reason) for pipe in self._pipes)
 
-    def pipe(self) -> None:
-        return None  # one exchange at a time: turns sent ahead on threads did not drain faster
+    def pipe(self) -> HttpPipe:
+        """Turns sent ahead, each on a connection of its own (a worker asks for one where
+        its depth is over 1)."""
+        pipe = HttpPipe(self.client)
+        self._pipes.append(pipe)
+        return pipe
 
     def close_client(self) -> None:
-        """Close the connections to the gateways (after the worker closed its session)."""
+        """Close the connections to the gateways, the pipes' too (after the worker closed
+        its session)."""
+        for pipe in self._pipes:
+            pipe.release()
         self.client.close()

@@ -289,10 +289,12 @@ class TurnPipe:
         tasks: Sequence[str],
         limit: int,
         take_suspect: bool,
+        wait: float = 0.0,
     ) -> bool:
         """Send a turn: these completions (plain, without effects) and a claim of up to
-        ``limit`` jobs. False: nothing was sent, and no turn can be sent ahead on this
-        database (a transaction pooler: plunder's settings are made per transaction there).
+        ``limit`` jobs (``wait`` is for links that long-poll: not this one). False: nothing
+        was sent, and no turn can be sent ahead on this database (a transaction pooler:
+        plunder's settings are made per transaction there).
         Raises the store's errors; after one, whether it reached the database is unknown,
         and nothing is in flight (the turns that were are never read: see ``close``)."""
         if len(self._flights) >= MAX_IN_FLIGHT:

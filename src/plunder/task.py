@@ -59,6 +59,7 @@ class Options:
     | `retry_on_timeout` | *timed out*: retried at once; `False`: ends `timed_out` | `True` |
     | `retry_on_lost` | *lost*: retried at once; `False`: ends `timed_out`, never rerun | `True` |
     | `expires_in` | start-by deadline, seconds after the enqueue; else `expired` | `None` |
+    | `partition_key` | a partitioned queue's partition: its hash (`None`: round-robin) | `None` |
 
     A lost attempt that is not retried ends the job ``timed_out`` (as a lost last attempt
     always has), with a ``plunder.WorkerLost`` error naming the session: nothing whose
@@ -88,6 +89,7 @@ class Options:
     key: str | None = None
     retry_on_lost: bool = True
     expires_in: float | None = None
+    partition_key: str | None = None
 
     def spec(self, task: str, args: Sequence[Any], kwargs: dict[str, Any]) -> JobSpec:
         return self.maker(task)(args, kwargs)

@@ -22,6 +22,7 @@ from plunder.model import (
     Heartbeat,
     JobRecord,
     JobSpec,
+    Partitioning,
     Run,
     Session,
     StreamEvent,
@@ -255,7 +256,27 @@ def heartbeat_out(beat: Heartbeat) -> dict[str, Any]:
     }
     if beat.queues is not None:
         data["queues"] = list(beat.queues)
+    if beat.partitions:  # only where a queue is partitioned: older workers refuse the field
+        data["partitions"] = [
+            {"queue": p.queue, "partitions": p.partitions, "generation": p.generation,
+             "owned": list(p.owned)}
+            for p in beat.partitions
+        ]  # fmt: skip
     return data
+
+
+def partitioning_in(data: Any) -> Partitioning:
+    f = Fields(data, "a partitioned queue")
+    found = Partitioning(
+        queue=f.take("queue", str),
+        partitions=f.take("partitions", int),
+        generation=f.take("generation", int),
+        owned=tuple(f.take("owned", list)),
+    )
+    f.done()
+    if not all(isinstance(p, int) for p in found.owned):
+        raise WireError("a partitioned queue: its owned partitions are integers")
+    return found
 
 
 def heartbeat_in(data: Any) -> Heartbeat:
@@ -267,6 +288,7 @@ def heartbeat_in(data: Any) -> Heartbeat:
         stop=tuple(f.items("stop", claim_in)),
         unknown=tuple(f.items("unknown", claim_in)),
         queues=None if queues is None else tuple(queues),
+        partitions=tuple(f.items("partitions", partitioning_in, ())) or None,
     )
     f.done()
     return beat

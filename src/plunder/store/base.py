@@ -42,6 +42,7 @@ from plunder.model import (
     TaskInfo,
     Unrunnable,
 )
+from plunder.store.partitioning import Partitioned
 
 Now = datetime | None
 
@@ -186,7 +187,7 @@ class TurnPipe(Protocol):
         ...
 
 
-class Store(Protocol):
+class Store(Partitioned, Protocol):
     dialect: str
     """``"sqlite"`` or ``"postgres"``."""
     url: str

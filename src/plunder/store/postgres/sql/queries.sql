@@ -985,3 +985,46 @@ ON CONFLICT (queue) DO NOTHING;
 
 -- name: queue_group_list
 SELECT queue, group_name FROM plunder_queue_groups ORDER BY queue;
+
+-- name: partition_declare
+-- A queue's partitions (migration 14), declared anew: a changed count makes a new
+-- generation (the janitor assigns the partitions again).
+INSERT INTO plunder_partitions (queue, partitions) VALUES (%(queue)s, %(partitions)s)
+ON CONFLICT (queue) DO UPDATE
+SET partitions = excluded.partitions, generation = plunder_partitions.generation + 1
+WHERE plunder_partitions.partitions <> excluded.partitions;
+
+-- name: partition_list
+SELECT queue, partitions, generation FROM plunder_partitions ORDER BY queue;
+
+-- name: partition_owner_list
+SELECT queue, partition, session_id FROM plunder_partition_owners ORDER BY queue, partition;
+
+-- name: partition_members
+-- The live sessions, with their queues: those that may own partitions.
+SELECT id, queues FROM plunder_sessions
+WHERE expires_at > COALESCE(%(now)s::timestamptz, statement_timestamp())
+ORDER BY id;
+
+-- name: partition_owners_clear
+-- A queue's assignment, before it is written anew (partition_owners_set).
+DELETE FROM plunder_partition_owners WHERE queue = %(queue)s;
+
+-- name: partition_owners_set
+-- %(owners)s names the owner of each partition of the queue, in order.
+INSERT INTO plunder_partition_owners (queue, partition, session_id)
+SELECT %(queue)s, (u.n - 1)::integer, u.session_id
+FROM unnest(%(owners)s::text[]) WITH ORDINALITY AS u(session_id, n);
+
+-- name: partition_generation_next
+-- A queue's assignment changed: its generation grows by one.
+UPDATE plunder_partitions SET generation = generation + 1 WHERE queue = %(queue)s
+RETURNING generation;
+
+-- name: partition_owned
+-- For a session's heartbeat: every partitioned queue, its generation, and each partition
+-- of it the session owns (NULL: none).
+SELECT p.queue, p.partitions, p.generation, o.partition
+FROM plunder_partitions AS p
+LEFT JOIN plunder_partition_owners AS o ON o.queue = p.queue AND o.session_id = %(session_id)s
+ORDER BY p.queue, o.partition;

@@ -108,7 +108,7 @@ class Hub:
     def on_work(self, queues: list[str], callback: Callback) -> Callable[[], None]:
         """Call ``callback`` when work may have appeared in one of ``queues``. Returns the
         function that unregisters it."""
-        entry = (frozenset(queues), callback)
+        entry = (frozenset(payload.base_queue(q) for q in queues), callback)  # "q~3": q
         with self._lock:
             self._work.append(entry)
             self._need(CHANNEL_ENQUEUED)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from plunder import errors
-from plunder.model import JobSpec, TaskInfo
-from plunder.protocol import Beat, Hello
+from plunder.model import JobSpec, Partitioning, TaskInfo
+from plunder.protocol import Beat, ClaimRequest, Hello
 from plunder.states import Status
 from plunder.store import Store
 from plunder.store.http import Client, HttpLink
@@ -99,3 +99,28 @@ def test_a_remote_worker_process_follows_a_queue_joined_in_the_database(
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0, log.read_text()
     assert "Traceback" not in log.read_text()
+
+
+def test_a_remote_worker_hears_its_partitions_and_claims_them(
+    gateway: Gateway, keys: Keys, store: Store, link_of: dict[str, HttpLink]
+) -> None:
+    """The heartbeat names the partitions a remote session owns (to a worker that asks),
+    and a claim naming a partition's queue ("parts~1") is of the key's queue "parts"."""
+    store.partition_declare("parts", 2)
+    remote = _link(link_of, gateway, keys.worker)
+    session = remote.open(_hello("parts"))
+
+    # the gateway's janitor assigns them (a pass every janitor interval)
+    def heard() -> Partitioning | None:
+        found = remote.heartbeat(Beat(session.id)).partitions or ()
+        return found[0] if found and found[0].owned else None
+
+    found = wait_for(heard, what="the partitions assigned")
+    assert isinstance(found, Partitioning)
+    assert (found.queue, found.partitions, found.owned) == ("parts", 2, (0, 1))
+    with client(gateway, keys.worker) as http:
+        plain = http.post(f"/v1/sessions/{session.id}/heartbeat", json={"running": []})
+    assert "partitions" not in plain.json()  # an older worker would refuse the field
+    (job,) = store.job_enqueue_many([JobSpec("t.echo", queue="parts", partition_key="k")])
+    request = ClaimRequest((job.queue,), ("t.echo",), 1)
+    assert [j.id for j in remote.exchange(session.id, [], request).claimed] == [job.id]

@@ -120,3 +120,17 @@ def test_claims_of_every_partition_take_each_job_once(store_url: str) -> None:
     finally:
         for s in stores:
             s.close()
+
+
+def test_reads_treat_a_partition_as_its_queue(store: Store) -> None:
+    store.partition_declare("q", 4)
+    jobs = enqueue(store, *[JobSpec("t", queue="q")] * 8, JobSpec("t", queue="qq"))
+    assert len(store.job_list(queue="q").jobs) == 8  # not qq's
+    assert [j.id for j in store.job_list(queue="q~1").jobs] == [
+        j.id for j in reversed(jobs) if j.queue == "q~1"
+    ]
+    stats = {s.queue: s.counts["pending"] for s in store.queue_stats()}
+    assert stats == {"q": 8, "qq": 1}
+    assert {(u.queue, u.pending) for u in store.job_unrunnable()} == {("q", 8), ("qq", 1)}
+    open_session(store, queues=("q",))
+    assert {(u.queue, u.pending) for u in store.job_unrunnable()} == {("qq", 1)}

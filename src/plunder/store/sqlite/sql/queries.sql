@@ -331,12 +331,14 @@ RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts
 
 -- name: job_list
 -- Newest first, keyset-paginated by id (:after is the last id of the previous page).
+-- A partitioned queue's jobs are in its partitions' queues ("q~3", migration 14) too.
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
        retry_on_lost, expires_at
 FROM plunder_jobs
-WHERE (:queue IS NULL OR queue = :queue)
+WHERE (:queue IS NULL OR queue = :queue
+       OR substr(queue, 1, length(:queue) + 1) = :queue || '~')
   AND (:status IS NULL OR status = :status)
   AND (:task IS NULL OR task = :task)
   AND (:after IS NULL OR id < :after)
@@ -574,10 +576,13 @@ SELECT queue, status, count(*) AS n FROM plunder_jobs GROUP BY queue, status;
 
 -- name: job_unrunnable
 -- Pending jobs that no live session can run, counted by task and queue: no live session
--- lists both their queue and their task. A read for people, as queue_counts.
+-- lists both their queue and their task. A read for people, as queue_counts. A
+-- partition's queue ("q~3", migration 14) counts as its queue.
 SELECT p.task, p.queue, p.n FROM (
-    SELECT task, queue, count(*) AS n FROM plunder_jobs
-    WHERE status = 'pending' GROUP BY task, queue
+    SELECT task, CASE WHEN instr(queue, '~') > 0 THEN substr(queue, 1, instr(queue, '~') - 1)
+                      ELSE queue END AS queue, count(*) AS n
+    FROM plunder_jobs
+    WHERE status = 'pending' GROUP BY 1, 2
 ) AS p
 WHERE NOT EXISTS (
     SELECT 1 FROM plunder_sessions AS s

@@ -7,9 +7,10 @@ its claims name for them (plunder.store.partitions divides them).
             └─ came back empty ─▶ everything(): every partition of each queue (stealing)
 ```
 
-A worker that has heard nothing of a queue yet (before its first heartbeat answers, or
-where the far end does not say: a gateway older than the field) claims from the queue's
-every partition it knows of, and from ``q`` itself, without preference.
+Before its first heartbeat answers, a worker knows the partitioned queues as declared
+(``declared``, read where the worker has the database) and claims from all their
+partitions. One that hears nothing of partitions (a gateway older than the field) claims
+from ``q`` alone: it never sees the jobs of a partition.
 """
 
 from __future__ import annotations
@@ -37,14 +38,16 @@ class Ownership:
                 known[found.queue] = found if newer or before is None else before
             self._known = known
 
+    def declared(self, counts: dict[str, int]) -> None:
+        """The partitioned queues as declared (before a heartbeat has said more): claimed
+        from by every partition, none owned yet."""
+        with self._lock:
+            for queue, partitions in counts.items():
+                self._known.setdefault(queue, Partitioning(queue, partitions, -1))
+
     def generations(self) -> dict[str, int]:
         with self._lock:
             return {q: p.generation for q, p in self._known.items()}
-
-    def owned(self, queue: str) -> tuple[int, ...]:
-        with self._lock:
-            found = self._known.get(queue)
-        return () if found is None else found.owned
 
     def preferred(self, queues: Sequence[str]) -> list[str] | None:
         """The queues a claim names first: each partitioned queue by the partitions owned,

@@ -235,8 +235,9 @@ class Worker:
         backoff = 0.1
         while not self._halt.is_set():
             try:
-                if self.store is not None:
+                if self.store is not None:  # claimed from at once, before a heartbeat
                     self.app.declare_partitions()
+                    self._ownership.declared(self.store.partition_counts())
                 session = self.link.open(self._hello())
             except errors.StoreError as exc:
                 log.warning("cannot open a session (%s); retrying in %.1fs", exc, backoff)

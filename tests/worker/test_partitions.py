@@ -9,6 +9,7 @@ import signal
 import time
 from collections.abc import Sequence
 
+import plunder
 from plunder.model import JobSpec
 from plunder.states import Status
 from plunder.store import Store
@@ -138,3 +139,22 @@ def test_an_owner_killed_mid_partition_is_stolen_from_then_replaced(
         done = store.job_get(job.id)
         runs = store.job_runs(job.id)
         assert [r.session_id for r in runs] == [survivor] and done.attempt == 1  # once
+
+
+def test_a_task_declares_its_partitions_before_its_first_enqueue(store_url: str) -> None:
+    app = plunder.App(store_url)
+    try:
+
+        @app.task(queue="tenants", partitions=8, name="refresh")
+        def refresh(tenant: str) -> None: ...
+
+        assert app.store.partition_counts(fresh=0) == {}  # not before it is needed
+        first = refresh.options(partition_key="acme").enqueue("acme")
+        again = refresh.options(partition_key="acme").enqueue("acme")
+        assert first.record.queue == again.record.queue == f"tenants~{partition_of('acme', 8)}"
+        assert app.store.partition_counts(fresh=0) == {"tenants": 8}
+        app.partition("tenants", 4)
+        assert app.store.partition_counts(fresh=0) == {"tenants": 4}
+        assert refresh.enqueue("x").record.queue.startswith("tenants~")
+    finally:
+        app.close()

@@ -31,6 +31,10 @@ Scenarios:
     Long (minutes): run only when named, ``--scenarios 9``
  10 the gateway (plunder_gw): 200 idle remote sessions on one gateway, its database
     connections and its memory per session (scenarios 2-4 run through it too)
+ 12 partition rebalance: 8 workers on a queue of 8 partitions while keyed jobs stream in;
+    one killed and one added, 3 times (1 with --quick): time to full ownership after each,
+    jobs of a killed owner's partitions stolen before the rebalance, double claims.
+    Run only when named, ``--scenarios 12``
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ MEASUREMENTS: dict[str, tuple[str, dict[str, Any]]] = {
     "drain_2gw": ("drain_gateways", {"workers": 2}),
     "sessions": ("sessions", {}),
     **{f"fleet_{n}": ("fleet", {"workers": n}) for n in (1, 2, 4, 8, 16)},
+    "rebalance": ("rebalance", {"workers": 8}),
 }
 PG_SCENARIOS = {
     "1": ["enqueue"],
@@ -101,7 +106,9 @@ class System:
 
 POOL_SCENARIO = {"8": ["pool"]}  # pool_jobs no-op jobs, -c 8: threads vs the warm pool
 FLEET_SCENARIO = {"9": [f"fleet_{n}" for n in (1, 2, 4, 8, 16)]}
-NAMED_ONLY = frozenset(FLEET_SCENARIO)  # too long for every run: only when --scenarios names it
+PARTITIONS_SCENARIO = {"12": ["rebalance"]}  # 8 workers: only when --scenarios names it
+# too long for every run: only when --scenarios names them
+NAMED_ONLY = frozenset(FLEET_SCENARIO) | frozenset(PARTITIONS_SCENARIO)
 SERIAL = "-c 100 --depth 1"
 SYSTEMS = {
     s.name: s
@@ -110,7 +117,7 @@ SYSTEMS = {
             "plunder_pg",
             "pg",
             False,
-            PG_SCENARIOS | POOL_SCENARIO | FLEET_SCENARIO,
+            PG_SCENARIOS | POOL_SCENARIO | FLEET_SCENARIO | PARTITIONS_SCENARIO,
             "production defaults (fencing, run history, wake-ups, session expiry 5 s, "
             "janitor 1 s); worker `-c 300` (turns sent ahead, each claiming up to 100, a "
             "third of the slots); scenario 8 with `-c 8`, tasks on threads; scenario 9 "
@@ -182,7 +189,7 @@ SYSTEMS = {
             "plunder_sqlite",
             "sqlite",
             False,
-            SQLITE_SCENARIOS,
+            SQLITE_SCENARIOS | PARTITIONS_SCENARIO,
             "production defaults, synchronous=FULL; worker `-c 100`",
         ),
         System(

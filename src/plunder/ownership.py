@@ -38,6 +38,12 @@ class Ownership:
                 known[found.queue] = found if newer or before is None else before
             self._known = known
 
+    @property
+    def partitioned(self) -> bool:
+        """Whether any queue is known to be partitioned (a read without the lock: a
+        claim made as the answer comes in names the queues as before, then as now)."""
+        return bool(self._known)
+
     def declared(self, counts: dict[str, int]) -> None:
         """The partitioned queues as declared (before a heartbeat has said more): claimed
         from by every partition, none owned yet."""

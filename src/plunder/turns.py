@@ -181,7 +181,7 @@ class Turns:
         """The worker's queues; where some are partitioned, those it owns first (none to
         claim: ``limit`` 0 reads every partition)."""
         ownership = self.ownership
-        if ownership is None:
+        if ownership is None or not ownership.partitioned:
             return self.queues
         mine = ownership.preferred(self.queues) if limit else None
         self.asked_own = bool(mine) and not self.steal

@@ -15,7 +15,7 @@ class Partitioned(Protocol):
         the queue of their partition (``q~3``); a new count is assigned anew."""
         ...
 
-    def partition_counts(self, *, fresh: float = 1.0) -> dict[str, int]:
+    def partition_counts(self, *, fresh: float = 5.0) -> dict[str, int]:
         """The partitioned queues and their partitions, read at most ``fresh`` s ago."""
         ...
 

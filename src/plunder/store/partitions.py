@@ -34,7 +34,9 @@ from plunder.store.driver import Now, Tx
 from plunder.store.engine import Engine
 from plunder.store.maintenance import Maintenance
 
-FRESH = 1.0  # seconds a store's reading of the declared partitions is used for routing
+# seconds a store's reading of the declared partitions is used for routing: an enqueue
+# reads them again at most this often (an enqueue that does is a read slower)
+FRESH = 5.0
 
 
 def stable_hash(text: str) -> int:
@@ -142,6 +144,9 @@ class Partitions:
     def partition_assign_many(self, lease: Lease, *, now: Now = None) -> list[str]:
         """Assign each partition of each partitioned queue to one live session serving
         it (see ``assign``), fenced by ``lease``; the queues whose assignment changed."""
+
+        if not self.engine.run(lambda tx: tx.all("partition_list"), write=False):
+            return []  # no partitioned queue: no write transaction
 
         def op(tx: Tx) -> list[str]:
             clock = tx.clock(now)

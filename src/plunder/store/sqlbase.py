@@ -301,7 +301,7 @@ class SQLStore:
     def partition_declare(self, queue: str, partitions: int) -> None:
         self.partitions.partition_declare(queue, partitions)
 
-    def partition_counts(self, *, fresh: float = 1.0) -> dict[str, int]:
+    def partition_counts(self, *, fresh: float = 5.0) -> dict[str, int]:
         return self.partitions.partition_counts(fresh=fresh)
 
     def partition_assign_many(self, lease: Lease, *, now: Now = None) -> list[str]:

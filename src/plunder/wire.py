@@ -404,16 +404,21 @@ def job_in(data: Any) -> JobRecord:
 
 
 def spec_out(spec: JobSpec) -> dict[str, Any]:
-    return {name: getattr(spec, name) for name in JobSpec.__slots__}
+    """Every field, but a partition key only where there is one (a gateway older than
+    the field refuses it)."""
+    data = {name: getattr(spec, name) for name in JobSpec.__slots__}
+    if data["partition_key"] is None:
+        del data["partition_key"]
+    return data
 
 
 _SPEC_KINDS: dict[str, tuple[type, ...]] = {
     "task": (str,), "args": (list,), "kwargs": (dict,), "queue": (str,), "priority": (int,),
     "delay": (float,), "max_attempts": (int,), "timeout": (float,), "backoff_base": (float,),
     "backoff_cap": (float,), "retry_on_timeout": (bool,), "key": (str,),
-    "retry_on_lost": (bool,), "expires_in": (float,),
+    "retry_on_lost": (bool,), "expires_in": (float,), "partition_key": (str,),
 }  # fmt: skip
-_SPEC_OPTIONAL = {"timeout", "key", "expires_in"}
+_SPEC_OPTIONAL = {"timeout", "key", "expires_in", "partition_key"}
 
 
 def spec_in(data: Any) -> JobSpec:

@@ -314,6 +314,17 @@ class Heartbeat:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionedQueue:
+    """A partitioned queue as the janitor last assigned it: the session owning each
+    partition (None: no live session serves the queue)."""
+
+    queue: str
+    partitions: int
+    generation: int
+    owners: tuple[str | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Partitioning:
     """A partitioned queue as a session's heartbeat hears it: its partitions, the
     generation of its assignment, and those of its partitions the session owns."""

@@ -70,6 +70,9 @@ def test_the_live_sessions_own_disjoint_partitions_and_each_change_is_a_generati
     found = (store.session_heartbeat(b.id).partitions or ())[0]
     assert found.owned == (0, 1, 2, 3) and found.generation == first + 1
     assert assign("q", 4, [a.id, b.id]) == assign("q", 4, [b.id, a.id])  # deterministic
+    (listed,) = store.partition_list()
+    assert (listed.queue, listed.partitions, listed.generation) == ("q", 4, first + 1)
+    assert listed.owners == (b.id,) * 4
 
 
 def test_a_stale_lease_assigns_nothing(store: Store) -> None:

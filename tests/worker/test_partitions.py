@@ -5,7 +5,10 @@ owner killed with SIGKILL are stolen at once and assigned anew once its session 
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 
@@ -14,7 +17,7 @@ from plunder.model import JobSpec
 from plunder.states import Status
 from plunder.store import Store
 from plunder.store.partitions import partition_of
-from tests.worker.conftest import EXPIRY, JANITOR, Workers, session_of, wait_for
+from tests.worker.conftest import EXPIRY, JANITOR, ROOT, Workers, session_of, wait_for
 
 PARTITIONS = 4
 
@@ -69,6 +72,12 @@ def test_workers_divide_the_partitions_and_claim_their_own_first(
     sessions = start(store, workers, 2, "-c", "1")
     owners = divided(store, sessions)  # balanced, disjoint
     owner_of = {p: s for s, parts in owners.items() for p in parts}
+    shown = subprocess.run(
+        [sys.executable, "-m", "plunder", "--db", workers.url, "partitions", "--json"],
+        check=True, capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    (listed,) = json.loads(shown.stdout)
+    assert listed["owners"] == [owner_of[p] for p in range(PARTITIONS)]
     specs = [
         JobSpec("sleepy", [0.05], queue="parts", partition_key=key)
         for p in range(PARTITIONS)

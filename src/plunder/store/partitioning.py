@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
-from plunder.model import Lease
+from plunder.model import Lease, PartitionedQueue
 
 
 class Partitioned(Protocol):
@@ -22,4 +22,8 @@ class Partitioned(Protocol):
     def partition_assign_many(self, lease: Lease, *, now: datetime | None = None) -> list[str]:
         """The janitor's pass: each partition to one live session of its queue, fenced
         by ``lease``; the queues whose assignment changed (their generation grew)."""
+        ...
+
+    def partition_list(self) -> list[PartitionedQueue]:
+        """Each partitioned queue and the owner of each of its partitions."""
         ...

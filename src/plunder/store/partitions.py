@@ -26,9 +26,10 @@ import itertools
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from plunder import errors, payload
-from plunder.model import JobSpec, Lease, Partitioning
+from plunder.model import JobSpec, Lease, PartitionedQueue, Partitioning
 from plunder.store import convert
 from plunder.store.driver import Now, Tx
 from plunder.store.engine import Engine
@@ -100,6 +101,22 @@ class Partitions:
         with self._lock:
             self._counts, self._read_at = counts, time.monotonic()
         return dict(counts)
+
+    def partition_list(self) -> list[PartitionedQueue]:
+        def op(tx: Tx) -> tuple[list[Any], list[Any]]:
+            return tx.all("partition_list"), tx.all("partition_owner_list")
+
+        queues, owners = self.engine.run(op, write=False)
+        held = {(str(r["queue"]), int(r["partition"])): str(r["session_id"]) for r in owners}
+        return [
+            PartitionedQueue(
+                str(r["queue"]),
+                int(r["partitions"]),
+                int(r["generation"]),
+                tuple(held.get((str(r["queue"]), p)) for p in range(int(r["partitions"]))),
+            )
+            for r in queues
+        ]
 
     def route(self, specs: Sequence[JobSpec]) -> Sequence[JobSpec]:
         """Specs of partitioned queues each in its partition's queue; the others as they

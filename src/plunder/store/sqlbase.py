@@ -34,6 +34,7 @@ from plunder.model import (
     JobRecord,
     JobSpec,
     Lease,
+    PartitionedQueue,
     QueueStats,
     Run,
     Session,
@@ -303,6 +304,9 @@ class SQLStore:
 
     def partition_counts(self, *, fresh: float = 5.0) -> dict[str, int]:
         return self.partitions.partition_counts(fresh=fresh)
+
+    def partition_list(self) -> list[PartitionedQueue]:
+        return self.partitions.partition_list()
 
     def partition_assign_many(self, lease: Lease, *, now: Now = None) -> list[str]:
         return self.partitions.partition_assign_many(lease, now=now)

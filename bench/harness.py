@@ -35,6 +35,10 @@ Scenarios:
     drained alone and beside N/10 jobs of 10 ms limited to 10 at once, alternating, 4
     rounds each: the ratio of the drain rates and the most limited runs at once (from
     their start and end times). Run only when named, ``--scenarios 11``
+ 12 partition rebalance: 8 workers on a queue of 8 partitions while keyed jobs stream in;
+    one killed and one added, 3 times (1 with --quick): time to full ownership after each,
+    jobs of a killed owner's partitions stolen before the rebalance, double claims.
+    Run only when named, ``--scenarios 12``
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ MEASUREMENTS: dict[str, tuple[str, dict[str, Any]]] = {
     "sessions": ("sessions", {}),
     "limits": ("limits", {}),
     **{f"fleet_{n}": ("fleet", {"workers": n}) for n in (1, 2, 4, 8, 16)},
+    "rebalance": ("rebalance", {"workers": 8}),
 }
 PG_SCENARIOS = {
     "1": ["enqueue"],
@@ -107,8 +112,9 @@ class System:
 POOL_SCENARIO = {"8": ["pool"]}  # pool_jobs no-op jobs, -c 8: threads vs the warm pool
 FLEET_SCENARIO = {"9": [f"fleet_{n}" for n in (1, 2, 4, 8, 16)]}
 LIMITS_SCENARIO = {"11": ["limits"]}
-# too long for every run: only when --scenarios names it
-NAMED_ONLY = frozenset(FLEET_SCENARIO | LIMITS_SCENARIO)
+PARTITIONS_SCENARIO = {"12": ["rebalance"]}  # 8 workers: only when --scenarios names it
+# too long for every run: only when --scenarios names them
+NAMED_ONLY = frozenset(FLEET_SCENARIO | LIMITS_SCENARIO | PARTITIONS_SCENARIO)
 SERIAL = "-c 100 --depth 1"
 SYSTEMS = {
     s.name: s
@@ -117,7 +123,7 @@ SYSTEMS = {
             "plunder_pg",
             "pg",
             False,
-            PG_SCENARIOS | POOL_SCENARIO | FLEET_SCENARIO | LIMITS_SCENARIO,
+            PG_SCENARIOS | POOL_SCENARIO | FLEET_SCENARIO | LIMITS_SCENARIO | PARTITIONS_SCENARIO,
             "production defaults (fencing, run history, wake-ups, session expiry 5 s, "
             "janitor 1 s); worker `-c 300` (turns sent ahead, each claiming up to 100, a "
             "third of the slots); scenario 8 with `-c 8`, tasks on threads; scenario 9 "
@@ -190,7 +196,7 @@ SYSTEMS = {
             "plunder_sqlite",
             "sqlite",
             False,
-            SQLITE_SCENARIOS | LIMITS_SCENARIO,
+            SQLITE_SCENARIOS | LIMITS_SCENARIO | PARTITIONS_SCENARIO,
             "production defaults, synchronous=FULL; worker `-c 100`; scenario 11 with "
             "`-c 50` per worker process",
         ),

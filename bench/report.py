@@ -10,6 +10,13 @@ import statistics
 from typing import Any
 
 MEDIAN_KEYS = (
+    "kill_owned",
+    "expiry_owned",
+    "expiry_owned_max",
+    "join_owned",
+    "join_owned_max",
+    "stolen",
+    "double_claims",
     "rate",
     "seconds",
     "p50",
@@ -48,6 +55,7 @@ COLUMNS = [
     ("pool", "1,000 no-ops, -c 8 (jobs/s)"),
     ("sessions", "200 idle remote sessions: gateway's connections, memory each"),
     ("limits", "beside a limit of 10, 4 procs -c 50: no-ops/s, × alone, most at once"),
+    ("rebalance", "partitions: kill→owned / expiry→owned / join→owned (s), stolen, double"),
 ]
 LATENCIES = ("latency", "first_line")
 FLEET_PREFIX = "fleet_"  # fleet_1 … fleet_16: scenario 9, one measurement per process count
@@ -110,6 +118,11 @@ def cell(m: dict[str, Any] | None, measurement: str) -> str:
         return f"{m['p50']:.1f} / {m['p95']:.1f} / {m['p99']:.1f}"
     if measurement == "rescue":
         return f"{m['seconds']:.1f}"
+    if measurement == "rebalance":
+        return (
+            f"{m['kill_owned']:.1f} / {m['expiry_owned']:.2f} / {m['join_owned']:.2f}, "
+            f"{m['stolen']:.0f}, {m['double_claims']:.0f}"
+        )
     if measurement == "sessions":
         return f"{m['connections']:.0f} conns, {m['kib_per_session']:.0f} KiB each"
     if measurement == "limits":
@@ -324,6 +337,22 @@ def _latency(goals: Goals) -> None:
         goals.check(name, value, goal, "ms", higher=False)
     rescue = get("plunder_pg", "rescue", "seconds")
     goals.check("rescue ≤ 10 s (defaults)", rescue, 10.0, "s", higher=False)
+    _partitions(goals)
+
+
+def _partitions(goals: Goals) -> None:
+    """Scenario 12, where it ran: full ownership within janitor interval + 1 s (2 s at
+    the defaults) of an expiry or a join, and no job claimed twice."""
+    for system in ("plunder_pg", "plunder_sqlite"):
+        if goals.get(system, "rebalance", "expiry_owned_max") is None:
+            continue
+        for key, event in (("expiry_owned_max", "an expiry"), ("join_owned_max", "a join")):
+            value = goals.get(system, "rebalance", key)
+            goals.check(f"{system}: partitions owned ≤ 2 s after {event}", value, 2.0, "s",
+                        higher=False)  # fmt: skip
+        double = goals.get(system, "rebalance", "double_claims")
+        goals.check(f"{system}: no double claims in a rebalance", double, 0.0, "jobs",
+                    higher=False)  # fmt: skip
 
 
 def _depth_and_sqlite(goals: Goals) -> None:

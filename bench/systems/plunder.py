@@ -260,6 +260,14 @@ def fleet(p: Params) -> dict[str, Any]:
     return plunder_fleet.fleet(p)
 
 
+def rebalance(p: Params) -> dict[str, Any]:
+    """Scenario 12 (bench.systems.plunder_partitions): owners of a partitioned queue
+    killed and added while jobs stream in."""
+    from bench.systems import plunder_partitions
+
+    return plunder_partitions.rebalance(p)
+
+
 def rescue(p: Params) -> dict[str, Any]:
     """A worker holds ``hold_jobs`` running jobs and is SIGKILLed; a second worker is
     already running. The time is from the kill until every one of those jobs has started
@@ -373,4 +381,5 @@ SCENARIOS = {
     "depth": depth,
     "first_line": first_line,
     "fleet": fleet,
+    "rebalance": rebalance,
 }

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from plunder import errors
+from plunder import errors, payload
 
 PREFIX = "plk"
 DEFAULT_GROUP = "default"
@@ -73,6 +73,7 @@ class ApiKey:
         its queues if it names any. Admin keys use every queue."""
         if self.role is Role.ADMIN:
             return True
+        queue = payload.base_queue(queue)  # a partition's queue ("q~3") is of its queue
         group = groups.get(queue, DEFAULT_GROUP)
         return group == self.group and (not self.queues or queue in self.queues)
 

@@ -60,6 +60,7 @@ class App:
         self._store: Store | None = None
         self._hub: Hub | None = None
         self._lock = threading.Lock()
+        self.partitioned: dict[str, int] = {}  # @app.task(partitions=N): not declared yet
 
     def __repr__(self) -> str:
         return f"App({self.url!r}, tasks={self.registry.names()})"
@@ -167,9 +168,13 @@ class App:
         timeout=60, priority=0, backoff_base=1, backoff_cap=300, retry_on_timeout=True,
         retry_on_lost=True, expires_in=None, no_retry=(ValueError,), pool="thread" |
         "process", name=...)``; the options and their defaults are in :class:`Options`."""
-        unknown = set(options) - set(Options.__dataclass_fields__)
+        unknown = set(options) - {*Options.__dataclass_fields__, "partitions"}
         if unknown:
             raise TypeError(f"unknown task option(s): {', '.join(sorted(unknown))}")
+
+        partitions = options.pop("partitions", None)
+        if partitions is not None:  # declared in the database before the first enqueue
+            self.partitioned[options.get("queue", "default")] = partitions
 
         def register(function: Callable[..., Any]) -> Task:
             task = make_task(
@@ -180,8 +185,19 @@ class App:
 
         return register(fn) if fn is not None else register
 
+    def partition(self, queue: str, partitions: int) -> None:
+        """Declare ``queue`` partitioned in ``partitions``, in the database, so that every
+        producer and worker agrees (docs/guide/partitions.md)."""
+        self.store.partition_declare(queue, partitions)
+
+    def declare_partitions(self) -> None:
+        """Declare the partitions that tasks' ``partitions=`` name, once."""
+        while self.partitioned:
+            self.partition(*self.partitioned.popitem())
+
     # -- producing ------------------------------------------------------------------------
     def enqueue_specs(self, specs: Sequence[JobSpec], *, conn: Any = None) -> list[Job]:
+        self.declare_partitions()
         # handles need only ids (their attributes read the store): no record per job
         return [Job(self, job_id) for job_id in self.store.job_enqueue_ids(list(specs), conn=conn)]
 

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from plunder import errors
+from plunder import errors, payload
 from plunder.store.base import Notifications, Store
 from plunder.store.engine import CHANNEL_DONE, CHANNEL_ENQUEUED, CHANNEL_STREAM
 
@@ -108,7 +108,7 @@ class Hub:
     def on_work(self, queues: list[str], callback: Callback) -> Callable[[], None]:
         """Call ``callback`` when work may have appeared in one of ``queues``. Returns the
         function that unregisters it."""
-        entry = (frozenset(queues), callback)
+        entry = (frozenset(payload.base_queue(q) for q in queues), callback)  # "q~3": q
         with self._lock:
             self._work.append(entry)
             self._need(CHANNEL_ENQUEUED)
@@ -236,7 +236,8 @@ class Hub:
                     callbacks += [cb for cbs in self._streams.values() for cb in cbs]
                 elif channel == CHANNEL_ENQUEUED:
                     # "*": too many queues to name, or listened on anew
-                    queues = set(note.split(","))
+                    # a partition's queue ("q~3") wakes the workers of its queue
+                    queues = {payload.base_queue(q) for q in note.split(",")}
                     callbacks += [
                         cb for wanted, cb in self._work if "*" in queues or wanted & queues
                     ]

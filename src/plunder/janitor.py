@@ -4,8 +4,9 @@
  every janitor_interval:
    renew our lease (or acquire it when free or expired; the term grows at every new holder)
    └─ held? ── reap dead sessions ─▶ time out late jobs ─▶ expire jobs not started by
-               their start-by deadline ─▶ prune old finished jobs (hourly, or at every
-               pass while a backlog is left) ─▶ new statistics of the jobs table once it
+               their start-by deadline ─▶ assign the partitions of partitioned queues to
+               the live sessions ─▶ prune old finished jobs (hourly, or at every pass
+               while a backlog is left) ─▶ new statistics of the jobs table once it
                has grown tenfold (PostgreSQL)
                each write in a transaction that first checks (lease, holder, term) in the
                database (pruning finds its jobs with a read before that transaction)
@@ -110,6 +111,15 @@ class Pruner:
 
 
 @dataclass(frozen=True)
+class Partitioner:
+    """Assigns each partition of each partitioned queue to one live session serving it
+    (plunder.store.partitions), anew where sessions came or went."""
+
+    def run_once(self, store: Store, lease: Lease, now: datetime | None = None) -> list[str]:
+        return store.partition_assign_many(lease, now=now)
+
+
+@dataclass(frozen=True)
 class Pass:
     """What one janitor pass did."""
 
@@ -121,6 +131,7 @@ class Pass:
     pruned: int = 0
     analyzed: bool = False  # the jobs table's statistics taken anew (Store.job_stats_refresh)
     admitted: int = 0  # limited jobs admitted: due, or with room in their limits again
+    assigned: tuple[str, ...] = ()  # the partitioned queues whose assignment changed
 
 
 class Janitor:
@@ -144,6 +155,7 @@ class Janitor:
         self.timeouts = Timeouts()
         self.expirer = Expirer()
         self.pruner = Pruner(retention=settings.retention)
+        self.partitioner = Partitioner()
 
     def _hold(self, now: datetime | None) -> Lease | None:
         ttl = self.settings.lease_ttl
@@ -179,6 +191,8 @@ class Janitor:
             reaped = self.reaper.run_once(self.store, lease, now)
             timed_out = self.timeouts.run_once(self.store, lease, now)
             expired = self.expirer.run_once(self.store, lease, now)
+            # after the reaper: a dead session's partitions go to the live ones
+            assigned = self.partitioner.run_once(self.store, lease, now)
             pruned = self.pruner.run_once(self.store, lease, now)
             analyzed = self.store.job_stats_refresh()
             admitted = self.store.limit_admit_due(now=now)  # see plunder.store.limits
@@ -197,6 +211,8 @@ class Janitor:
                 expired.count,
                 pruned,
             )
+        if assigned:
+            log.info("janitor: partitions of %s assigned anew", ",".join(assigned))
         if analyzed:
             log.info("janitor: the jobs table grew tenfold since its statistics; analyzed it")
         return Pass(
@@ -208,6 +224,7 @@ class Janitor:
             pruned=pruned,
             analyzed=analyzed,
             admitted=admitted,
+            assigned=tuple(assigned),
         )
 
     def run(self, stop: threading.Event) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 from plunder import errors, policy
 from plunder.config import WorkerDeadlines
-from plunder.model import Claim, Heartbeat, Session
+from plunder.model import Claim, Heartbeat, Partitioning, Session
 from plunder.protocol import Beat, Release, WorkerProtocol
 
 log = logging.getLogger("plunder.worker")
@@ -45,11 +45,13 @@ class Liveness:
         lost: Callable[[], None],
         free: Callable[[], int] | None = None,
         queues: Callable[[tuple[str, ...], float], None] | None = None,
+        partitions: Callable[[Sequence[Partitioning]], None] | None = None,
     ) -> None:
         """``session()``: the session to keep (None while there is none); ``quiet()``: no
         heartbeat now (the session is lost already, or being closed); ``claims()``: the
         claims the worker holds; ``free()``: its free slots, recorded with each heartbeat;
-        ``queues(queues, sent)``: the session's queues, as a heartbeat sent then had them.
+        ``queues(queues, sent)``: the session's queues, as a heartbeat sent then had them;
+        ``partitions(found)``: its partitioned queues and the partitions it owns.
         ``stop`` and ``lost`` are called with what a heartbeat or the watchdog found;
         ``deadlines`` say when (see WorkerDeadlines)."""
         self.link = link
@@ -61,6 +63,7 @@ class Liveness:
         self._lost = lost
         self._free = free
         self._queues = queues
+        self._partitions = partitions
         self._lock = threading.Lock()
         self._unknown: set[Claim] = set()  # reported, not yet looked at
         self._unknown_at = 0.0  # when a report last came in (time.monotonic())
@@ -108,6 +111,8 @@ class Liveness:
             self.report_unknown(beat.unknown)
         if beat.queues is not None and self._queues is not None:
             self._queues(beat.queues, started)
+        if beat.partitions is not None and self._partitions is not None:
+            self._partitions(beat.partitions)
 
     def report_unknown(self, claims: Sequence[Claim]) -> None:
         """Claims the database has running under the session that the worker did not

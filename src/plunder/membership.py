@@ -129,7 +129,7 @@ class Membership:
             old()
         self._settle_until = now + max(SETTLE, self.grace)
         # a queue joined again: its jobs are no longer leaving
-        running = {h.job.id: h.job.queue for h in self.slots.handles()}
+        running = {h.job.id: payload.base_queue(h.job.queue) for h in self.slots.handles()}
         for job_id in [j for j in self._leaving if running.get(j) in queues]:
             del self._leaving[job_id]
         log.info(
@@ -150,7 +150,8 @@ class Membership:
         """Running jobs of queues the worker left get the grace period, from now."""
         for handle in self.slots.handles():
             job = handle.job
-            if job.queue not in self.queues and job.id not in self._leaving:
+            left = payload.base_queue(job.queue) not in self.queues  # "q~3" is of q
+            if left and job.id not in self._leaving:
                 self._leaving[job.id] = (handle.ctx.claim, now + self.grace)
 
     def _overdue(self, now: float) -> list[Outcome]:

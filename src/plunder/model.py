@@ -202,6 +202,8 @@ class JobSpec:
     retry_on_lost: bool = True
     expires_in: float | None = None
     limit: Limit | None = None
+    # the job's partition of a partitioned queue: a stable hash of it (None: round-robin)
+    partition_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,6 +398,30 @@ class Heartbeat:
     # the session's queues as the database has them (changed by session_queues); None
     # where the answer does not say (a gateway older than this field)
     queues: tuple[str, ...] | None = None
+    # each partitioned queue, with the partitions this session owns (None: not said)
+    partitions: tuple[Partitioning, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionedQueue:
+    """A partitioned queue as the janitor last assigned it: the session owning each
+    partition (None: no live session serves the queue)."""
+
+    queue: str
+    partitions: int
+    generation: int
+    owners: tuple[str | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Partitioning:
+    """A partitioned queue as a session's heartbeat hears it: its partitions, the
+    generation of its assignment, and those of its partitions the session owns."""
+
+    queue: str
+    partitions: int
+    generation: int
+    owned: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -224,6 +224,32 @@ def check_queue(name: object) -> str:
     )
 
 
+PARTITION_MARK = "~"  # "q~3": partition 3 of queue q, a name no user queue can have
+MAX_PARTITIONS = 1024
+_PARTITION = re.compile(r"(.+)~(0|[1-9][0-9]{0,3})")
+
+
+def partition_queue(queue: str, partition: int) -> str:
+    """The queue that holds the jobs of ``partition`` of ``queue``."""
+    return f"{queue}{PARTITION_MARK}{partition}"
+
+
+def base_queue(name: str) -> str:
+    """The queue a stored queue name is of: ``q`` for ``q~3``, and ``q`` for ``q``."""
+    return name.partition(PARTITION_MARK)[0]
+
+
+def check_stored_queue(name: object) -> str:
+    """A queue as a job may be stored in it: a user's queue, or a partition of one."""
+    if isinstance(name, str) and PARTITION_MARK in name:
+        found = _PARTITION.fullmatch(name)
+        if found is None or int(found[2]) >= MAX_PARTITIONS:
+            raise errors.InvalidName(f"invalid partition queue {name!r}: use QUEUE~N, N < 1024")
+        check_queue(found[1])
+        return name
+    return check_queue(name)
+
+
 def check_task(name: object) -> str:
     return _check_name(
         name,

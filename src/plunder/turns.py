@@ -35,6 +35,7 @@ from typing import Any
 from plunder import errors
 from plunder.acker import ACK_BATCH, Acker
 from plunder.model import AckResult, Completion, Failure, Session
+from plunder.ownership import Ownership
 from plunder.protocol import ClaimRequest, Outcome, WorkerProtocol
 from plunder.slots import Slots
 
@@ -66,12 +67,14 @@ class Turns:
         counted: Callable[[AckResult, str], None],
         stats: dict[str, int],
         pause: Callable[[], object],
+        ownership: Ownership | None = None,
     ) -> None:
         """``session()``: the session turns go under (None: none is open); ``stopping()``:
         claim no more; ``given_up()``: results would be refused now (the session is lost,
         the worker halts); ``lost()``: the link says the session is gone; ``counted(ack,
         kind)``: results were written; ``stats["claimed"]`` counts the jobs claimed;
-        ``pause()`` waits a while after a claim failed (less if the worker stops)."""
+        ``pause()`` waits a while after a claim failed (less if the worker stops);
+        ``ownership``: the partitions owned, claimed from first (plunder.ownership)."""
         if not 1 <= depth <= MAX_DEPTH:
             raise errors.ConfigError(f"depth must be from 1 to {MAX_DEPTH}, not {depth!r}")
         self.link = link
@@ -90,6 +93,9 @@ class Turns:
         # it, recorded once it went out (see read; one per slot again)
         self.ack_batch = max(ACK_BATCH, 2 * slots.concurrency)
         self.more = False  # the last turn claimed all it asked for: more may wait
+        self.ownership = ownership
+        self.asked_own = False  # the last claim named only the partitions owned
+        self.steal = False  # it came back empty: the next claims from every partition
 
     def _session_id(self) -> str | None:
         session = self._session()
@@ -141,7 +147,14 @@ class Turns:
     def turn(self, free: int) -> int:
         """Send the results waiting and claim up to ``free`` jobs; how many it claimed.
         None once the session is given up: its results would be refused, and a claim
-        under it would only be lost again."""
+        under it would only be lost again. A claim of the partitions owned that came back
+        empty is followed at once by one from every partition (stealing)."""
+        claimed = self._turn(free)
+        if claimed or not self.steal or free <= 0 or self.in_flight() or self._stopping():
+            return claimed
+        return self._turn(free)
+
+    def _turn(self, free: int) -> int:
         if self._given_up():
             return 0
         if self.in_flight() or (not self.outbox.failures and self.send(free)):
@@ -162,7 +175,26 @@ class Turns:
         # not (their results would wait too): plunder.waker watches for work instead
         idle = self.link.long_polls and limit and not self.slots.busy()
         wait = LONG_POLL if idle else 0.0
-        return ClaimRequest(tuple(self.queues), tuple(self.tasks), limit, take_suspect, wait)
+        queues = self._claimed_queues(limit)
+        return ClaimRequest(tuple(queues), tuple(self.tasks), limit, take_suspect, wait)
+
+    def _claimed_queues(self, limit: int) -> list[str]:
+        """The worker's queues; where some are partitioned, those it owns first (none to
+        claim: ``limit`` 0 reads every partition)."""
+        ownership = self.ownership
+        if ownership is None or not ownership.partitioned:
+            return self.queues
+        mine = ownership.preferred(self.queues) if limit else None
+        self.asked_own = bool(mine) and not self.steal
+        if limit:
+            self.steal = False
+        return mine if mine and self.asked_own else ownership.everything(self.queues)
+
+    def _claimed(self, count: int) -> int:
+        """A claim of the partitions owned that took nothing: the next steals."""
+        if not count and self.asked_own:
+            self.steal = True
+        return count
 
     def exchange(self, done: list[Completion], failed: list[Failure], free: int) -> int:
         """One exchange, the ordinary way: the first results waiting (``done`` and
@@ -188,7 +220,7 @@ class Turns:
         self._counted(reply.completed, "succeeded")
         self._counted(reply.failed, "failed")
         self.more = free > 0 and len(reply.claimed) == free
-        return self._started(reply.claimed)
+        return self._claimed(self._started(reply.claimed))
 
     def _started(self, jobs: Any) -> int:
         self.slots.start(jobs)
@@ -293,6 +325,7 @@ class Turns:
             self.outbox.completions[:0] = in_flight
             return 0
         self.more = answer.claimed == answer.limit
+        self._claimed(answer.claimed)
         # a worker with nothing running starts its jobs first: they are all it waits for
         first = not self.slots.busy()
         claimed = self._started(answer.jobs()) if first else 0

@@ -23,6 +23,7 @@ from plunder.model import (
     JobRecord,
     JobSpec,
     Limit,
+    Partitioning,
     Run,
     Session,
     StreamEvent,
@@ -256,7 +257,27 @@ def heartbeat_out(beat: Heartbeat) -> dict[str, Any]:
     }
     if beat.queues is not None:
         data["queues"] = list(beat.queues)
+    if beat.partitions:  # only where a queue is partitioned: older workers refuse the field
+        data["partitions"] = [
+            {"queue": p.queue, "partitions": p.partitions, "generation": p.generation,
+             "owned": list(p.owned)}
+            for p in beat.partitions
+        ]  # fmt: skip
     return data
+
+
+def partitioning_in(data: Any) -> Partitioning:
+    f = Fields(data, "a partitioned queue")
+    found = Partitioning(
+        queue=f.take("queue", str),
+        partitions=f.take("partitions", int),
+        generation=f.take("generation", int),
+        owned=tuple(f.take("owned", list)),
+    )
+    f.done()
+    if not all(isinstance(p, int) for p in found.owned):
+        raise WireError("a partitioned queue: its owned partitions are integers")
+    return found
 
 
 def heartbeat_in(data: Any) -> Heartbeat:
@@ -268,6 +289,7 @@ def heartbeat_in(data: Any) -> Heartbeat:
         stop=tuple(f.items("stop", claim_in)),
         unknown=tuple(f.items("unknown", claim_in)),
         queues=None if queues is None else tuple(queues),
+        partitions=tuple(f.items("partitions", partitioning_in, ())) or None,
     )
     f.done()
     return beat
@@ -383,7 +405,11 @@ def job_in(data: Any) -> JobRecord:
 
 
 def spec_out(spec: JobSpec) -> dict[str, Any]:
+    """Every field, but a partition key only where there is one (a gateway older than
+    the field refuses it)."""
     data = {name: getattr(spec, name) for name in JobSpec.__slots__}
+    if data["partition_key"] is None:
+        del data["partition_key"]
     limit = spec.limit
     data["limit"] = None if limit is None else {"key": limit.key, "ceiling": limit.ceiling,
                                                 "rate": limit.rate}  # fmt: skip
@@ -407,9 +433,9 @@ _SPEC_KINDS: dict[str, tuple[type, ...]] = {
     "task": (str,), "args": (list,), "kwargs": (dict,), "queue": (str,), "priority": (int,),
     "delay": (float,), "max_attempts": (int,), "timeout": (float,), "backoff_base": (float,),
     "backoff_cap": (float,), "retry_on_timeout": (bool,), "key": (str,),
-    "retry_on_lost": (bool,), "expires_in": (float,),
+    "retry_on_lost": (bool,), "expires_in": (float,), "partition_key": (str,),
 }  # fmt: skip
-_SPEC_OPTIONAL = {"timeout", "key", "expires_in"}
+_SPEC_OPTIONAL = {"timeout", "key", "expires_in", "partition_key"}
 
 
 def spec_in(data: Any) -> JobSpec:

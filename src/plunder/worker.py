@@ -43,6 +43,7 @@ from plunder.janitor import Janitor, own_store
 from plunder.liveness import Liveness
 from plunder.membership import Membership
 from plunder.model import AckResult, Claim, Session
+from plunder.ownership import Ownership
 from plunder.protocol import Hello, WorkerProtocol
 from plunder.slots import Slots, Wake
 from plunder.store.base import Store
@@ -153,6 +154,7 @@ class Worker:
         return StoreLink(store), store, owned
 
     def _make_turns(self) -> Turns:
+        self._ownership = Ownership()  # the partitions the session owns, as beats hear
         return Turns(
             self.link,
             self._slots,
@@ -166,6 +168,7 @@ class Worker:
             counted=self._count,
             stats=self.stats,
             pause=lambda: self._stop.wait(min(self.settings.poll_interval, RECONNECT_CAP)),
+            ownership=self._ownership,
         )
 
     def _make_liveness(self) -> Liveness:
@@ -181,6 +184,7 @@ class Worker:
             lost=self._lose_session,
             free=self._free_slots,
             queues=self._membership.heard,
+            partitions=self._ownership.heard,
         )
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -237,6 +241,9 @@ class Worker:
         backoff = 0.1
         while not self._halt.is_set():
             try:
+                if self.store is not None:  # claimed from at once, before a heartbeat
+                    self.app.declare_partitions()
+                    self._ownership.declared(self.store.partition_counts())
                 session = self.link.open(self._hello())
             except errors.StoreError as exc:
                 log.warning("cannot open a session (%s); retrying in %.1fs", exc, backoff)

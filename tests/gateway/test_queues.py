@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+import plunder
 from plunder import errors
-from plunder.model import JobSpec, TaskInfo
-from plunder.protocol import Beat, Hello
+from plunder.model import JobSpec, Partitioning, TaskInfo
+from plunder.protocol import Beat, ClaimRequest, Hello
 from plunder.states import Status
 from plunder.store import Store
 from plunder.store.http import Client, HttpLink
+from plunder.store.partitions import partition_of
 from tests.gateway.conftest import Keys, client
 from tests.gateway.test_remote_worker import remote_worker
 from tests.support.gateway import Gateway
@@ -99,3 +101,51 @@ def test_a_remote_worker_process_follows_a_queue_joined_in_the_database(
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0, log.read_text()
     assert "Traceback" not in log.read_text()
+
+
+def test_a_remote_worker_hears_its_partitions_and_claims_them(
+    gateway: Gateway, keys: Keys, store: Store, link_of: dict[str, HttpLink]
+) -> None:
+    """The heartbeat names the partitions a remote session owns (to a worker that asks),
+    and a claim naming a partition's queue ("parts~1") is of the key's queue "parts"."""
+    store.partition_declare("parts", 2)
+    remote = _link(link_of, gateway, keys.worker)
+    session = remote.open(_hello("parts"))
+
+    # the gateway's janitor assigns them (a pass every janitor interval)
+    def heard() -> Partitioning | None:
+        found = remote.heartbeat(Beat(session.id)).partitions or ()
+        return found[0] if found and found[0].owned else None
+
+    found = wait_for(heard, what="the partitions assigned")
+    assert isinstance(found, Partitioning)
+    assert (found.queue, found.partitions, found.owned) == ("parts", 2, (0, 1))
+    with client(gateway, keys.worker) as http:
+        plain = http.post(f"/v1/sessions/{session.id}/heartbeat", json={"running": []})
+    assert "partitions" not in plain.json()  # an older worker would refuse the field
+    (job,) = store.job_enqueue_many([JobSpec("t.echo", queue="parts", partition_key="k")])
+    request = ClaimRequest((job.queue,), ("t.echo",), 1)
+    assert [j.id for j in remote.exchange(session.id, [], request).claimed] == [job.id]
+
+
+def test_a_remote_producer_routes_by_partition_key(
+    gateway: Gateway, keys: Keys, store: Store
+) -> None:
+    store.partition_declare("llm", 4)
+    producer = plunder.App(gateway.url, key=keys.gpu_producer)
+    try:
+        job = producer.enqueue(
+            "t.echo", ["x"], queue="llm", partition_key="tenant-9", allow_unregistered=True
+        )
+        plain = producer.enqueue("t.echo", ["y"], queue="llm", allow_unregistered=True)
+    finally:
+        producer.close()
+    assert store.job_get(job.id).queue == f"llm~{partition_of('tenant-9', 4)}"
+    assert store.job_get(plain.id).queue.startswith("llm~")
+    # a key of another group reaches no partition of the group's queue
+    other = plunder.App(gateway.url, key=keys.producer)
+    try:
+        with pytest.raises(errors.AccessDenied):
+            other.enqueue("t.echo", ["z"], queue="llm", partition_key="k", allow_unregistered=True)
+    finally:
+        other.close()

@@ -6,12 +6,13 @@ one line on stderr and exits non-zero; a traceback means a bug in plunder.
 
 ``root`` is the group and its options; the commands live by what they are about (``run``:
 worker and janitor; ``jobs``: one job or many; ``database``: init and status; ``showcase``:
-demo and bench; ``workers``: a running worker's queues), and print through ``output``.
+demo and bench; ``workers``: a running worker's queues; ``partitions``: partitioned
+queues), and print through ``output``.
 """
 
 from __future__ import annotations
 
-from plunder.cli import database, gateway, jobs, limits, run, showcase, workers
+from plunder.cli import database, gateway, jobs, limits, partitions, run, showcase, workers
 from plunder.cli.root import main
 
 __all__ = ["main"]
@@ -23,6 +24,7 @@ for command in (
     jobs.enqueue,
     database.status,
     workers.worker_queues,
+    partitions.partitions,
     jobs.jobs,
     jobs.job,
     jobs.cancel,

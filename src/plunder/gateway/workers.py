@@ -90,7 +90,13 @@ async def heartbeat(gateway: Gateway, request: Request) -> Response:
     queues = None
     if request.query_params.get("queues") and answer.queues is not None:
         queues = await _served(gateway, key, answer.queues)
-    return JSONResponse(wire.heartbeat_out(dataclasses.replace(answer, queues=queues)))
+    # and its partitioned queues with the partitions it owns, likewise
+    partitions = None
+    if request.query_params.get("partitions") and answer.partitions is not None:
+        served = await _served(gateway, key, [p.queue for p in answer.partitions])
+        partitions = tuple(p for p in answer.partitions if p.queue in served)
+    answer = dataclasses.replace(answer, queues=queues, partitions=partitions)
+    return JSONResponse(wire.heartbeat_out(answer))
 
 
 async def _served(gateway: Gateway, key: ApiKey, queues: Sequence[str]) -> tuple[str, ...]:

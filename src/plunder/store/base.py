@@ -43,6 +43,7 @@ from plunder.model import (
     Unrunnable,
 )
 from plunder.store.limiting import LimitOps
+from plunder.store.partitioning import Partitioned
 
 Now = datetime | None
 
@@ -191,7 +192,7 @@ class TurnPipe(Protocol):
         ...
 
 
-class Store(LimitOps, Protocol):
+class Store(LimitOps, Partitioned, Protocol):
     dialect: str
     """``"sqlite"`` or ``"postgres"``."""
     url: str

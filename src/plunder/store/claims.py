@@ -41,7 +41,7 @@ class TurnAtOnce(Protocol):
 def check_claim(queues: Sequence[str], limit: int) -> None:
     """Raise on a queue name no job can have, or a limit out of range."""
     for queue in queues:
-        payload.check_queue(queue)
+        payload.check_stored_queue(queue)  # a partition's own queue, too
     if not 1 <= int(limit) <= MAX_BATCH:
         raise ValueError(f"claim limit must be between 1 and {MAX_BATCH}, got {limit}")
 

@@ -86,7 +86,7 @@ def _limit_key(name: str, value: Any, _spec: JobSpec) -> str | None:
 
 # In the order they are checked: the first bad one is the one an enqueue names.
 OPTIONS: tuple[JobOption, ...] = (
-    JobOption("queue", _named(payload.check_queue), "queue"),
+    JobOption("queue", _named(payload.check_stored_queue), "queue"),
     JobOption("task", _named(payload.check_task), "task"),
     JobOption("priority", _integer(-convert.INT32, convert.INT32), "priority"),
     JobOption("max_attempts", _integer(1, 1000), "max_attempts"),
@@ -100,6 +100,7 @@ OPTIONS: tuple[JobOption, ...] = (
     JobOption("limit", _limit_key, "limit_key"),
 )
 OWN = ("args", "kwargs", "key")  # a JobSpec's values of its own, checked one by one
+ROUTING = ("partition_key",)  # a JobSpec's values that choose its queue, not stored
 RELATIVE = tuple(o for o in OPTIONS if o.relative)
 option_values = operator.attrgetter(*(o.name for o in OPTIONS))  # a spec's, in that order
 
@@ -334,7 +335,7 @@ _ARGS, _KWARGS, _KEY = (_AT[name] for name in OWN)
 def _check_declaration() -> None:
     """Fail at import where the declaration and the records disagree."""
     spec_fields = {f.name for f in dataclasses.fields(JobSpec)}
-    declared = {o.name for o in OPTIONS} | set(OWN)
+    declared = {o.name for o in OPTIONS} | set(OWN) | set(ROUTING)
     if spec_fields != declared:
         raise TypeError(f"JobSpec's fields and OPTIONS differ: {sorted(spec_fields ^ declared)}")
     given = {*FRESH, *OWN, *ASSIGNED, *(o.column for o in OPTIONS)}

@@ -128,7 +128,7 @@ class Engine:
         if not queues or not tasks:
             return None
         for queue in queues:
-            payload.check_queue(queue)
+            payload.check_stored_queue(queue)
         unique = list(dict.fromkeys(queues))
         return self.run(
             lambda tx: self.driver.next_due(tx, unique, list(tasks), tx.clock(now)), write=False

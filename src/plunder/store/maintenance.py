@@ -72,6 +72,11 @@ class Maintenance:
         row = self.engine.run(lambda tx: tx.one("lease_get", name=name), write=False)
         return self.engine.lease(row) if row else None
 
+    def fence(self, tx: Tx, lease: Lease, clock: Any) -> None:
+        """Raise StaleLease in ``tx`` unless ``lease`` is held (for janitor writes made
+        elsewhere: plunder.store.partitions)."""
+        self._fence(tx, lease, clock)
+
     def _fence(self, tx: Tx, lease: Lease, clock: Any) -> None:
         if (
             tx.one("lease_check", name=lease.name, holder=lease.holder, term=lease.term, now=clock)

@@ -26,7 +26,7 @@ def _could_name_a_job(queue: str | None, task: str | None) -> bool:
     """Whether these filters are names a job can have (enqueue refuses any other)."""
     try:
         if queue is not None:
-            payload.check_queue(queue)
+            payload.check_stored_queue(queue)  # a partition's queue lists that partition
         if task is not None:
             payload.check_task(task)
     except errors.InvalidName:
@@ -155,10 +155,15 @@ class Reads:
             return tx.all("queue_counts"), tx.all("queue_oldest_pending", now=clock)
 
         counts, oldest = self.engine.run(op, write=False)
+        # a partitioned queue's partitions ("q~3") count as the queue
         by_queue: dict[str, dict[str, int]] = {}
         for row in counts:
-            by_queue.setdefault(str(row["queue"]), {s.value: 0 for s in Status})[
-                str(row["status"])
-            ] = int(row["n"])
-        ages = {str(r["queue"]): float(r["age"]) for r in oldest}
+            found = by_queue.setdefault(
+                payload.base_queue(str(row["queue"])), {s.value: 0 for s in Status}
+            )
+            found[str(row["status"])] += int(row["n"])
+        ages: dict[str, float] = {}
+        for row in oldest:
+            queue = payload.base_queue(str(row["queue"]))
+            ages[queue] = max(ages.get(queue, 0.0), float(row["age"]))
         return [QueueStats(queue, by_queue[queue], ages.get(queue)) for queue in sorted(by_queue)]

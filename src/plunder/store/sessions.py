@@ -21,6 +21,7 @@ from plunder.store.acks import Acks
 from plunder.store.driver import Now, Tx
 from plunder.store.engine import Engine
 from plunder.store.maintenance import Maintenance
+from plunder.store.partitions import Partitions
 
 MAX_SLOTS = 1_000_000  # free slots a session may report (the column is an INTEGER)
 MAX_QUEUES = 1_000  # queues one change may name
@@ -55,10 +56,18 @@ class Sessions:
     """A worker's session: opened, kept alive by heartbeats, closed; a close gives the
     session's jobs back (with ``acks``) or ends them as lost (with ``maintenance``)."""
 
-    def __init__(self, engine: Engine, acks: Acks, maintenance: Maintenance) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        acks: Acks,
+        maintenance: Maintenance,
+        partitions: Partitions | None = None,
+    ) -> None:
+        """``partitions``: a heartbeat's answer says what the session owns of them."""
         self.engine = engine
         self.acks = acks
         self.maintenance = maintenance
+        self.partitions = partitions
 
     def session_open(
         self,
@@ -138,12 +147,16 @@ class Sessions:
                 (c for c in held if (c.job_id, c.attempt) not in reported),
                 key=lambda c: c.job_id,
             )
+            queues = tuple(self.engine.list_out(row["queues"]))
+            mine = self.partitions
+            owned = None if mine is None else mine.owned(tx, session_id, queues)
             return Heartbeat(
                 alive=True,
                 expires_at=self.engine.time(row["expires_at"]),
                 stop=stop,
                 unknown=tuple(unknown),
-                queues=tuple(self.engine.list_out(row["queues"])),
+                queues=queues,
+                partitions=owned,
             )
 
         if conn is not None:

@@ -35,6 +35,7 @@ from plunder.model import (
     JobSpec,
     Lease,
     LimitState,
+    PartitionedQueue,
     QueueStats,
     Run,
     Session,
@@ -52,6 +53,7 @@ from plunder.store.enqueue import Enqueue
 from plunder.store.keys import Keys
 from plunder.store.limits import Limits
 from plunder.store.maintenance import Maintenance
+from plunder.store.partitions import Partitions
 from plunder.store.reads import Reads
 from plunder.store.sessions import Sessions
 
@@ -104,7 +106,8 @@ class SQLStore:
         self.claims = Claims(self.engine, self.acks, at_once)
         self.enqueue = Enqueue(self.engine)
         self.reads = Reads(self.engine)
-        self.sessions = Sessions(self.engine, self.acks, self.maintenance)
+        self.partitions = Partitions(self.engine, self.maintenance)
+        self.sessions = Sessions(self.engine, self.acks, self.maintenance, self.partitions)
         self.keys = Keys(self.engine)
         self.limits = Limits(self.engine)
         self.borrowed = False  # a limited view's driver is its owner's to close
@@ -175,12 +178,12 @@ class SQLStore:
     def job_enqueue_many(
         self, specs: Sequence[JobSpec], *, conn: Any = None, now: Now = None
     ) -> list[JobRecord]:
-        return self.enqueue.job_enqueue_many(specs, conn=conn, now=now)
+        return self.enqueue.job_enqueue_many(self.partitions.route(specs), conn=conn, now=now)
 
     def job_enqueue_ids(
         self, specs: Sequence[JobSpec], *, conn: Any = None, now: Now = None
     ) -> list[int]:
-        return self.enqueue.job_enqueue_ids(specs, conn=conn, now=now)
+        return self.enqueue.job_enqueue_ids(self.partitions.route(specs), conn=conn, now=now)
 
     def job_cancel(self, job_id: int, *, now: Now = None) -> JobRecord:
         return self.acks.job_cancel(job_id, now=now)
@@ -297,6 +300,19 @@ class SQLStore:
         self, *, queues: Sequence[str], tasks: Sequence[str], now: Now = None
     ) -> float | None:
         return self.engine.job_next_due(queues=queues, tasks=tasks, now=now)
+
+    # -- partitioned queues (plunder.store.partitions) ---------------------------------------
+    def partition_declare(self, queue: str, partitions: int) -> None:
+        self.partitions.partition_declare(queue, partitions)
+
+    def partition_counts(self, *, fresh: float = 5.0) -> dict[str, int]:
+        return self.partitions.partition_counts(fresh=fresh)
+
+    def partition_list(self) -> list[PartitionedQueue]:
+        return self.partitions.partition_list()
+
+    def partition_assign_many(self, lease: Lease, *, now: Now = None) -> list[str]:
+        return self.partitions.partition_assign_many(lease, now=now)
 
     # -- janitor -------------------------------------------------------------------------
     def lease_acquire(self, name: str, holder: str, ttl: float, *, now: Now = None) -> Lease | None:

@@ -40,12 +40,13 @@ class HttpLink:
 
     def heartbeat(self, beat: Beat, *, via: Any = None) -> Heartbeat:
         path = f"/v1/sessions/{beat.session_id}/heartbeat"
-        # asks for the session's queues (a gateway older than that ignores the parameter)
+        # asks for the session's queues and partitions (a gateway older than that ignores
+        # the parameters)
         answer = self.client.call(
             "POST",
             path,
             json=wire.beat_out(beat),
-            params={"queues": "1"},
+            params={"queues": "1", "partitions": "1"},
             timeout=self.heartbeat_timeout,
         )
         return wire.heartbeat_in(answer)

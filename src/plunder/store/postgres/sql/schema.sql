@@ -170,3 +170,18 @@ CREATE TABLE plunder_limits (
     refilled_at TIMESTAMPTZ NOT NULL,
     paused_until TIMESTAMPTZ
 );
+-- Partitioned queues (migration 15): a job of partition p of queue q is in queue "q~p"; the
+-- janitor assigns each partition to one live session of q, the generation growing at
+-- every change of the queue's assignment.
+CREATE TABLE plunder_partitions (
+    queue TEXT PRIMARY KEY,
+    partitions INTEGER NOT NULL CHECK (partitions >= 1 AND partitions <= 1024),
+    generation BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE plunder_partition_owners (
+    queue TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    session_id TEXT NOT NULL,
+    PRIMARY KEY (queue, partition)
+);
+CREATE INDEX plunder_partition_owners_session ON plunder_partition_owners (session_id);

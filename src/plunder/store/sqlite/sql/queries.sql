@@ -338,12 +338,14 @@ RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts
 
 -- name: job_list
 -- Newest first, keyset-paginated by id (:after is the last id of the previous page).
+-- A partitioned queue's jobs are in its partitions' queues ("q~3", migration 14) too.
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
        retry_on_lost, expires_at, limit_key
 FROM plunder_jobs
-WHERE (:queue IS NULL OR queue = :queue)
+WHERE (:queue IS NULL OR queue = :queue
+       OR substr(queue, 1, length(:queue) + 1) = :queue || '~')
   AND (:status IS NULL OR status = :status)
   AND (:task IS NULL OR task = :task)
   AND (:after IS NULL OR id < :after)
@@ -585,10 +587,13 @@ SELECT queue, status, count(*) AS n FROM plunder_jobs GROUP BY queue, status;
 
 -- name: job_unrunnable
 -- Pending jobs that no live session can run, counted by task and queue: no live session
--- lists both their queue and their task. A read for people, as queue_counts.
+-- lists both their queue and their task. A read for people, as queue_counts. A
+-- partition's queue ("q~3", migration 14) counts as its queue.
 SELECT p.task, p.queue, p.n FROM (
-    SELECT task, queue, count(*) AS n FROM plunder_jobs
-    WHERE status = 'pending' GROUP BY task, queue
+    SELECT task, CASE WHEN instr(queue, '~') > 0 THEN substr(queue, 1, instr(queue, '~') - 1)
+                      ELSE queue END AS queue, count(*) AS n
+    FROM plunder_jobs
+    WHERE status = 'pending' GROUP BY 1, 2
 ) AS p
 WHERE NOT EXISTS (
     SELECT 1 FROM plunder_sessions AS s
@@ -756,3 +761,42 @@ LEFT JOIN plunder_jobs AS j
   ON j.limit_key = l.key AND j.status IN ('pending', 'running')
 GROUP BY l.key
 ORDER BY l.key;
+-- name: partition_declare
+-- A queue's partitions (migration 14), declared anew: a changed count makes a new
+-- generation (the janitor assigns the partitions again); the row as it is now.
+INSERT INTO plunder_partitions (queue, partitions) VALUES (:queue, :partitions)
+ON CONFLICT (queue) DO UPDATE
+SET partitions = excluded.partitions, generation = plunder_partitions.generation + 1
+WHERE plunder_partitions.partitions <> excluded.partitions;
+
+-- name: partition_list
+SELECT queue, partitions, generation FROM plunder_partitions ORDER BY queue;
+
+-- name: partition_owner_list
+SELECT queue, partition, session_id FROM plunder_partition_owners ORDER BY queue, partition;
+
+-- name: partition_members
+-- The live sessions, with their queues: those that may own partitions.
+SELECT id, queues FROM plunder_sessions WHERE expires_at > :now ORDER BY id;
+
+-- name: partition_owners_clear
+-- A queue's assignment, before it is written anew (partition_owners_set).
+DELETE FROM plunder_partition_owners WHERE queue = :queue;
+
+-- name: partition_owners_set
+-- :owners names the owner of each partition of the queue, in order.
+INSERT INTO plunder_partition_owners (queue, partition, session_id)
+SELECT :queue, CAST(key AS INTEGER), value FROM json_each(:owners) WHERE true;
+
+-- name: partition_generation_next
+-- A queue's assignment changed: its generation grows by one.
+UPDATE plunder_partitions SET generation = generation + 1 WHERE queue = :queue
+RETURNING generation;
+
+-- name: partition_owned
+-- For a session's heartbeat: every partitioned queue, its generation, and each partition
+-- of it the session owns (NULL: none).
+SELECT p.queue, p.partitions, p.generation, o.partition
+FROM plunder_partitions AS p
+LEFT JOIN plunder_partition_owners AS o ON o.queue = p.queue AND o.session_id = :session_id
+ORDER BY p.queue, o.partition;

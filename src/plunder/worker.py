@@ -31,7 +31,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from plunder import errors, policy, stopping
 from plunder.admitter import Admitter
@@ -43,45 +42,18 @@ from plunder.janitor import Janitor, own_store
 from plunder.liveness import Liveness
 from plunder.membership import Membership
 from plunder.model import AckResult, Claim, Session
+from plunder.options import WorkerOptions
 from plunder.ownership import Ownership
 from plunder.protocol import Hello, WorkerProtocol
 from plunder.slots import Slots, Wake
 from plunder.store.base import Store
 from plunder.store.link import StoreLink
-from plunder.turns import MAX_DEPTH, Turns
+from plunder.turns import Turns
 from plunder.waker import watch_loop
 
 log = logging.getLogger("plunder.worker")
 RECONNECT_CAP = policy.RECONNECT_CAP
 MIN_WAIT = 0.05  # a due job we could not claim (locked, or left to other workers): look again
-
-
-@dataclass(frozen=True)
-class WorkerOptions:
-    queues: tuple[str, ...] | None = None  # None: every queue the app's tasks use
-    concurrency: int = 4
-    name: str | None = None
-    janitor: bool = True
-    grace: float = 30.0
-    pool: str | None = None  # "process" runs every plain-function task in a process
-    # turns in flight at most (plunder.turns): 1, one at a time; more where the link has
-    # a pipe (PostgreSQL), on a connection the worker holds while busy
-    depth: int = MAX_DEPTH
-
-    @property
-    def connections(self) -> int:
-        """The pooled connections the worker's own calls need (the hub's is the app's)."""
-        return 2 if self.depth > 1 else 1
-
-    def checked(self, app: App) -> WorkerOptions:
-        """These options, once sound for this app (before a store is opened for them)."""
-        if self.concurrency < 1:
-            raise errors.ConfigError("concurrency must be at least 1")
-        if not 1 <= self.depth <= MAX_DEPTH:
-            raise errors.ConfigError(f"depth must be from 1 to {MAX_DEPTH}, not {self.depth!r}")
-        if not len(app.registry):
-            raise errors.ConfigError("the app has no tasks: nothing to work on")
-        return self
 
 
 class Worker:

@@ -16,10 +16,11 @@ from plunder.cli.output import F, user_errors
 from plunder.cli.state import CLI_STORE, State, pass_state
 from plunder.config import WorkerDeadlines
 from plunder.execution import tune_gc
+from plunder.options import WorkerOptions
 from plunder.store import open_store
 from plunder.store.http import Client, HttpLink
 from plunder.turns import MAX_DEPTH
-from plunder.worker import Worker, WorkerOptions
+from plunder.worker import Worker
 
 
 def load_app(spec: str, state: State) -> App:

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from plunder import errors, wire
 from plunder.access import ApiKey, Role
-from plunder.app import Job, StreamReader
+from plunder.app import Job
 from plunder.gateway.auth import KEY_TTL, Refused
 from plunder.gateway.server import (
     MAX_WAIT,
@@ -34,6 +34,7 @@ from plunder.gateway.server import (
 )
 from plunder.model import JobRecord, JobSpec
 from plunder.states import is_terminal
+from plunder.streaming import StreamReader
 
 KEEPALIVE = 15.0  # seconds between SSE comments on a quiet stream (proxies close idle ones)
 MAX_LIST = 1000

@@ -172,10 +172,8 @@ class TurnPipe(Protocol):
         wait: float = 0.0,
     ) -> bool:
         """Send a turn as ``job_exchange_many`` would run it (completions without
-        effects, no failures). ``wait``: as ClaimRequest.wait, where the transport
-        long-polls (a gateway), and only for a turn sent with none in flight and no
-        completions; a turn sent ahead never waits. False: none sent, and none can be on
-        this database.
+        effects, no failures). ``wait``: as ClaimRequest.wait, for a gateway, and only
+        with no turn in flight and no completions. False: none sent, none can be here.
         After an error, whether it reached the database is unknown, and no turn is in
         flight: the turns that were are never read (their completions are the caller's
         to send again)."""

@@ -91,7 +91,10 @@ class Sessions:
         convert.positive("session expiry", expiry)
         free_slots = convert.integer("free slots", free_slots, 0, MAX_SLOTS)
         rows = _publish_rows(tasks)
-        session_id = secrets.token_urlsafe(24)  # 192 random bits, never a host name
+        # 192 random bits, never a host name; never a leading "-", which a command line
+        # would take for an option (plunder worker-queues SESSION)
+        while (session_id := secrets.token_urlsafe(24)).startswith("-"):
+            pass
 
         def op(tx: Tx) -> Any:
             clock = tx.clock(now)

@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 from plunder import errors, worker
-from plunder.model import Run
+from plunder.model import Run, Session
 from plunder.states import Outcome
 from tests.chaos.chaosproxy import ChaosProxy
 from tests.chaos.checker import check
@@ -64,6 +64,28 @@ def runs_of(system: System, worker: str) -> list[Run]:
         for run in system.store.job_runs(job.id)
         if run.worker == worker
     ]
+
+
+def working_again(system: System, proc: Proc, name: str, old: Session, healed: datetime) -> float:
+    """Once a cut is healed: seconds from the heal (database clock) to the new session
+    ``proc`` (worker ``name``) opens, after which it must complete a job started since."""
+
+    def reopened() -> float | None:
+        now = system.session_of(proc)
+        if now is None or now.id == old.id:
+            return None
+        return (now.started_at - healed).total_seconds()
+
+    recovery: float = system.wait(reopened, timeout=30, what="a new session after the heal")
+    system.enqueue([witness(sleep_ms=300) for _ in range(16)])
+    system.wait(
+        lambda: any(
+            r.outcome == Outcome.SUCCEEDED and r.started_at > healed for r in runs_of(system, name)
+        ),
+        timeout=30,
+        what=f"worker {name} to complete a job after the heal",
+    )
+    return recovery
 
 
 def first(items: list[float], after: float) -> float | None:
@@ -717,23 +739,7 @@ def test_s08_worker_partitioned_from_postgres(
         ns.heal()
         stop.set()
         watcher.join(timeout=10)
-
-        def reopened() -> float | None:
-            now = system.session_of(part)
-            if now is None or now.id == session.id:
-                return None
-            return (now.started_at - heal_db).total_seconds()
-
-        recovery = system.wait(reopened, timeout=30, what="a new session after the heal")
-        system.enqueue([witness(sleep_ms=300) for _ in range(16)])
-        system.wait(
-            lambda: any(
-                r.outcome == Outcome.SUCCEEDED and r.started_at > heal_db
-                for r in runs_of(system, "part")
-            ),
-            timeout=30,
-            what="the partitioned worker to complete a job after the heal",
-        )
+        recovery = working_again(system, part, "part", session, heal_db)
         system.wait_terminal(timeout=60)
         late = {(job.id, job.attempt) for job in held if job.id != locked[0].id}
         system.wait(

@@ -101,17 +101,20 @@ class Client:
         """The answer's JSON (None for 204), or plunder's error for a refusal. ``wait``:
         seconds the gateway may hold the request (a long-poll), added to the timeout
         (``timeout``, else the client's ``call_timeout``): a hung gateway holds no call
-        longer, and the next is tried."""
-        backoff = policy.BusyBackoff(total=self.busy_total)
+        longer, and the next is tried. A ``timeout`` given is the whole call's deadline,
+        its tries and pauses included (a heartbeat must end by its own)."""
+        deadline = None if timeout is None else time.monotonic() + timeout + wait
+        total = self.busy_total if timeout is None else min(self.busy_total, timeout)
+        backoff = policy.BusyBackoff(total=total)
         limit = (self.call_timeout if timeout is None else timeout) + wait
-        request = {
-            "method": method,
-            "json": json,
-            "params": params,
-            "timeout": httpx.Timeout(limit, connect=min(CONNECT_TIMEOUT, limit)),
-        }
+        request: dict[str, Any] = {"method": method, "json": json, "params": params}
+        failure: Exception | None = None
         while True:
             for index, base in self.gateways():
+                left = limit if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    break
+                request["timeout"] = httpx.Timeout(left, connect=min(CONNECT_TIMEOUT, left))
                 response, failure = self._try(base, path, request, idempotent)
                 if response is None:
                     continue
@@ -120,8 +123,11 @@ class Client:
                     raise _error(response, base)
                 return None if response.status_code == 204 else response.json()
             pause = backoff.next_wait()
-            if pause is None or self._closed:
-                assert failure is not None
+            if deadline is not None and pause is not None:
+                pause = min(pause, deadline - time.monotonic())
+            if pause is None or pause <= 0 or self._closed:
+                if failure is None:
+                    raise errors.StoreUnavailable(f"{self.url}: no answer within {timeout}s")
                 raise failure
             time.sleep(pause)
 

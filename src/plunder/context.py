@@ -64,10 +64,7 @@ class LinkSink:
         )
 
     def job_pause_limit(self, claim: Claim, key: str, seconds: float) -> datetime:
-        raise errors.ConfigError(
-            "ctx.pause_limit() is not offered through a gateway yet: pause the key from a "
-            "producer (App.pause_limit) or run this task on a worker of the database"
-        )
+        return self._link.pause_limit(claim, key, seconds)
 
     def job_complete_many(self, completions: Sequence[Completion], *, conn: Any) -> AckResult:
         raise errors.ConfigError("no transaction to acknowledge in (see transaction())")

@@ -8,6 +8,7 @@
                                                 by its claim); at most N new jobs out
    append(claim, events) ────────────────────▶  stream events and progress, fenced
    change_queues(session, add, remove) ──────▶  queues joined and left; the session's now
+   pause_limit(claim, key, seconds) ─────────▶  a limit key paused, the job given back
    next_due(ClaimRequest) ───────────────────▶  seconds until the next delayed job is due
    close(session, started) ──────────────────▶  its unfinished jobs given back at once
 ```
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from plunder.model import (
@@ -147,6 +149,13 @@ class WorkerProtocol(Protocol):
         """The session joins ``add`` and leaves ``remove`` (one guarded update where the
         session lives); its queues now. Each heartbeat answers with them too
         (``Heartbeat.queues``), so a change made elsewhere reaches the worker."""
+        ...
+
+    def pause_limit(self, claim: Claim, key: str, seconds: float) -> datetime:
+        """Start none of limit ``key``'s jobs for ``seconds``, and give the claimed job
+        back to wait with them without spending an attempt (fenced: StaleClaim if the
+        claim is not current); when the pause ends. Through a gateway, only the claimed
+        job's own limit key may be paused."""
         ...
 
     def watch(self, session_id: str, queues: Sequence[str], wait: float) -> bool:

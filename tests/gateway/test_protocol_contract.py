@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from plunder import errors
-from plunder.model import Completion, JobSpec, TaskInfo
+from plunder.model import Completion, JobSpec, Limit, TaskInfo
 from plunder.protocol import Beat, ClaimRequest, Hello, WorkerProtocol
 from plunder.states import Status
 from plunder.store import Store
@@ -158,3 +158,26 @@ def test_stream_events_carry_any_json_value(
     answer = remote.exchange(session.id, [Completion(job.claim, False)], None)
     assert answer.completed.accepted == (job.claim,)
     assert store.job_get(job_id).result is False
+
+
+def test_a_worker_pauses_its_jobs_limit_key_and_gives_the_job_back(
+    links: Callable[[str], WorkerProtocol], keys: Keys, store: Store, via: str
+) -> None:
+    spec = JobSpec("t.echo", [1], limit=Limit("provider", 1), max_attempts=1)
+    (job_id,) = store.job_enqueue_ids([spec])
+    remote = links(keys.worker)
+    session = remote.open(hello())
+    (job,) = remote.exchange(session.id, [], claim()).claimed
+    if via == "gateway":  # a worker key pauses no limit key but its job's own
+        with pytest.raises(errors.AccessDenied, match="limit key"):
+            remote.pause_limit(job.claim, "another", 60.0)
+    ends = remote.pause_limit(job.claim, "provider", 60.0)
+    assert 59 <= (ends - store.now()).total_seconds() <= 61
+    back = store.job_get(job_id)
+    # no attempt spent: one more is allowed (a released attempt's history row stays)
+    assert (back.status, back.attempt, back.max_attempts) == (Status.PENDING, 1, 2)
+    (state,) = store.limit_list()
+    assert state.paused_until == ends and state.held == 1
+    assert remote.exchange(session.id, [], claim()).claimed == ()
+    with pytest.raises(errors.StaleClaim):  # fenced: the claim is no longer current
+        remote.pause_limit(job.claim, "provider", 60.0)

@@ -152,6 +152,13 @@ class MemoryLink:
             self.sessions[session_id] = replace(session, queues=queues)
             return queues
 
+    def pause_limit(self, claim: Claim, key: str, seconds: float) -> datetime:
+        """The job given back (no pause is kept here: this double has no limits)."""
+        with self._lock:
+            self.calls.append("pause_limit")
+            self._write([Release(claim)])
+            return _now() + timedelta(seconds=seconds)
+
     def watch(self, session_id: str, queues: Sequence[str], wait: float) -> bool:
         return True  # never asked: it does not long-poll
 

@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 
 from plunder.admitter import Admitter
-from plunder.context import LinkSink
-from plunder.errors import ConfigError
-from plunder.model import Claim, JobSpec, Limit
+from plunder.model import JobSpec, Limit
 from plunder.store import Store
 from tests.store.helpers import claim, complete, open_session
 from tests.worker.conftest import wait_for
@@ -44,13 +42,3 @@ def test_the_admitter_survives_an_error_and_admits_the_next_keys(
         admitter.wake()
     thread.join(timeout=5)
     assert not thread.is_alive()
-
-
-def test_a_remote_worker_cannot_pause_a_limit() -> None:
-    sink = LinkSink(None)  # type: ignore[arg-type]  # never reached: refused before
-    try:
-        sink.job_pause_limit(Claim(1, 1, "s"), "k", 5.0)
-    except ConfigError as exc:
-        assert "gateway" in str(exc)
-    else:
-        raise AssertionError("pause_limit through a gateway was not refused")

@@ -84,6 +84,9 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
         [], started={"type": "array", "items": _CLAIM}, lost=_BOOL
     ),
     ("/v1/sessions/{session_id}/queues", "post"): _object([], add=_STRS, remove=_STRS),
+    ("/v1/sessions/{session_id}/pause-limit", "post"): _object(
+        ["claim", "key", "seconds"], claim=_CLAIM, key=_STR, seconds={"type": "number"}
+    ),
     ("/v1/jobs", "post"): _object(["jobs"], jobs={"type": "array", "items": _SPEC}, records=_BOOL),
     ("/v1/keys", "post"): _object(
         ["role"],
@@ -105,6 +108,7 @@ SUMMARIES = {
     "next_due": "Seconds until the next delayed job of a claim request is due",
     "close": "Close a session; its unstarted jobs go back",
     "queues": "Join and leave queues (those the key may use); the session's queues now",
+    "pause_limit": "Pause the claimed job's limit key and give the job back (fenced)",
     "enqueue": "Enqueue jobs (one transaction)",
     "list_jobs": "A page of jobs, newest first (any key but an admin's names a queue)",
     "get_job": "A job",

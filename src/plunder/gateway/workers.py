@@ -43,6 +43,7 @@ ROUTES = [
     ("/v1/sessions/{session_id}/next-due", "POST", "next_due"),
     ("/v1/sessions/{session_id}/close", "POST", "close"),
     ("/v1/sessions/{session_id}/queues", "POST", "queues"),
+    ("/v1/sessions/{session_id}/pause-limit", "POST", "pause_limit"),
 ]
 
 
@@ -52,6 +53,9 @@ async def _session(gateway: Gateway, request: Request) -> tuple[ApiKey, str, Any
     session_id = request.path_params["session_id"]
     await own_session(gateway, key, session_id)
     return key, session_id, await body(gateway, request)
+
+
+MAX_PAUSE = 366 * 86400.0  # the longest pause a remote worker may ask for
 
 
 def _own_claims(session_id: str, claims: Any) -> None:
@@ -175,6 +179,25 @@ async def append(gateway: Gateway, request: Request) -> Response:
     return Response(status_code=204)
 
 
+async def pause_limit(gateway: Gateway, request: Request) -> Response:
+    """ctx.pause_limit() of a remote worker: only the claimed job's own limit key (a
+    worker key pauses no other tenant's limits)."""
+    _, session_id, data = await _session(gateway, request)
+    fields = wire.Fields(data, "a limit pause")
+    claim = wire.claim_in(fields.take("claim", dict))
+    key = fields.take("key", str)
+    seconds = fields.take("seconds", float)
+    fields.done()
+    _own_claims(session_id, [claim])
+    if not 0 <= seconds <= MAX_PAUSE:
+        raise Refused(400, f"a pause lasts 0 to {MAX_PAUSE:g} seconds, not {seconds!r}")
+    job = await run_in_threadpool(gateway.app.store.job_get, claim.job_id)
+    if job.limit_key != key:
+        raise Refused(403, f"job {claim.job_id}'s limit key is not {key!r}")
+    until = await run_in_threadpool(gateway.link.pause_limit, claim, key, seconds)
+    return JSONResponse({"until": wire.time_out(until)})
+
+
 def _event_in(data: Any) -> tuple[str, Any]:
     fields = wire.Fields(data, "a stream event")
     kind = fields.take("kind", str)
@@ -243,6 +266,7 @@ _ENDPOINTS = {
     "next_due": next_due,
     "close": close,
     "queues": change_queues,
+    "pause_limit": pause_limit,
 }
 
 

@@ -9,6 +9,7 @@ one transaction (``job_exchange_many``), then the releases.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from plunder.model import (
@@ -85,6 +86,9 @@ class StoreLink:
         self, session_id: str, *, add: Sequence[str] = (), remove: Sequence[str] = ()
     ) -> tuple[str, ...]:
         return self.store.session_queues(session_id, add=add, remove=remove).queues
+
+    def pause_limit(self, claim: Claim, key: str, seconds: float) -> datetime:
+        return self.store.job_pause_limit(claim, key, seconds)
 
     def watch(self, session_id: str, queues: Sequence[str], wait: float) -> bool:
         return True  # never asked: the worker's hub wakes it

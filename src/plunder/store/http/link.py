@@ -10,6 +10,7 @@ protocol goes through the Client, one call at a time on each thread.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from plunder import wire, wire_exchange
@@ -74,6 +75,14 @@ class HttpLink:
                 "events": [{"kind": kind, "data": data} for kind, data in events],
             },
         )
+
+    def pause_limit(self, claim: Claim, key: str, seconds: float) -> datetime:
+        data = self.client.call(
+            "POST",
+            f"/v1/sessions/{claim.session_id}/pause-limit",
+            json={"claim": wire.claim_out(claim), "key": key, "seconds": seconds},
+        )
+        return wire.time_in(data["until"], "a pause's end")
 
     def change_queues(
         self, session_id: str, *, add: Sequence[str] = (), remove: Sequence[str] = ()

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, overload
@@ -61,6 +61,7 @@ class App:
         self._hub: Hub | None = None
         self._lock = threading.Lock()
         self.partitioned: dict[str, int] = {}  # @app.task(partitions=N): not declared yet
+        self.fair_queued: dict[str, None] = {}  # @app.task(fair=True): not declared yet
 
     def __repr__(self) -> str:
         return f"App({self.url!r}, tasks={self.registry.names()})"
@@ -168,13 +169,15 @@ class App:
         timeout=60, priority=0, backoff_base=1, backoff_cap=300, retry_on_timeout=True,
         retry_on_lost=True, expires_in=None, no_retry=(ValueError,), pool="thread" |
         "process", name=...)``; the options and their defaults are in :class:`Options`."""
-        unknown = set(options) - {*Options.__dataclass_fields__, "partitions"}
+        unknown = set(options) - {*Options.__dataclass_fields__, "partitions", "fair"}
         if unknown:
             raise TypeError(f"unknown task option(s): {', '.join(sorted(unknown))}")
 
         partitions = options.pop("partitions", None)
         if partitions is not None:  # declared in the database before the first enqueue
             self.partitioned[options.get("queue", "default")] = partitions
+        if options.pop("fair", False):  # the same; weights: app.fair(queue, weights)
+            self.fair_queued[options.get("queue", "default")] = None
 
         def register(function: Callable[..., Any]) -> Task:
             task = make_task(
@@ -190,10 +193,21 @@ class App:
         producer and worker agrees (docs/guide/partitions.md)."""
         self.store.partition_declare(queue, partitions)
 
+    def fair(self, queue: str, weights: Mapping[str, float] | None = None) -> None:
+        """Declare ``queue`` fair, in the database: its claims take the jobs' groups in
+        turn, ``weights[group]`` jobs for each 1 of a group not named
+        (docs/guide/fairness.md)."""
+        self.store.fair_declare(queue, weights)
+
     def declare_partitions(self) -> None:
-        """Declare the partitions that tasks' ``partitions=`` name, once."""
+        """Declare the partitions that tasks' ``partitions=`` name, and the fair queues
+        that their ``fair=True`` name, once."""
         while self.partitioned:
             self.partition(*self.partitioned.popitem())
+        while self.fair_queued:
+            queue, _ = self.fair_queued.popitem()
+            if queue not in self.store.fair_queues(fresh=0):  # keep weights declared
+                self.fair(queue)
 
     # -- producing ------------------------------------------------------------------------
     def enqueue_specs(self, specs: Sequence[JobSpec], *, conn: Any = None) -> list[Job]:

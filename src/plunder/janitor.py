@@ -132,6 +132,7 @@ class Pass:
     analyzed: bool = False  # the jobs table's statistics taken anew (Store.job_stats_refresh)
     admitted: int = 0  # limited jobs admitted: due, or with room in their limits again
     assigned: tuple[str, ...] = ()  # the partitioned queues whose assignment changed
+    fair: tuple[int, int] = (0, 0)  # fair queues' groups pruned, and made
 
 
 class Janitor:
@@ -196,6 +197,7 @@ class Janitor:
             pruned = self.pruner.run_once(self.store, lease, now)
             analyzed = self.store.job_stats_refresh()
             admitted = self.store.limit_admit_due(now=now)  # see plunder.store.limits
+            fair = self.store.fair_prune_many(now=now)  # see plunder.store.fairness
         except errors.StaleLease:
             log.warning("janitor lease term %d went stale mid-pass; writes refused", lease.term)
             self._drop()
@@ -225,6 +227,7 @@ class Janitor:
             analyzed=analyzed,
             admitted=admitted,
             assigned=tuple(assigned),
+            fair=fair,
         )
 
     def run(self, stop: threading.Event) -> None:

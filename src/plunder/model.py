@@ -204,6 +204,8 @@ class JobSpec:
     limit: Limit | None = None
     # the job's partition of a partitioned queue: a stable hash of it (None: round-robin)
     partition_key: str | None = None
+    # its group (a tenant): a fair queue's claims take the groups in turn
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from plunder.store import convert
 from plunder.store.acks import Acks
 from plunder.store.driver import Claimed, Now, Tx
 from plunder.store.engine import CHANNEL_STREAM, MAX_BATCH, Engine
+from plunder.store.fairness import Fairness
 
 
 class TurnAtOnce(Protocol):
@@ -50,10 +51,21 @@ class Claims:
     """job_claim_many, job_exchange_many (acknowledging with ``acks``; in one statement
     with ``at_once`` where the dialect has it) and stream_append."""
 
-    def __init__(self, engine: Engine, acks: Acks, at_once: TurnAtOnce | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        acks: Acks,
+        at_once: TurnAtOnce | None = None,
+        fairness: Fairness | None = None,
+    ) -> None:
         self.engine = engine
         self.acks = acks
         self.at_once = at_once
+        self.fairness = fairness
+
+    def fair(self, queues: Sequence[str]) -> bool:
+        """Whether a claim of ``queues`` names a fair queue (plunder.store.fairness)."""
+        return self.fairness is not None and bool(self.fairness.among(queues))
 
     def job_claim_many(
         self,
@@ -76,7 +88,7 @@ class Claims:
                 take_suspect=take_suspect,
                 clock=tx.clock(now),
             ),
-            single=True,  # one statement: the claim writes nothing else
+            single=not self.fair(queues),  # one statement: the claim writes nothing else
         )
         return self.engine.claimed(claimed)
 
@@ -100,13 +112,15 @@ class Claims:
         if limit:
             check_claim(queues, limit)
         plain = self.acks.encode_results(completions)
-        if plain and limit and queues and tasks and not failures and self.at_once is not None:
-            at_once = self.at_once(
+        at_once = self.at_once is not None and not self.fair(queues)
+        if plain and limit and queues and tasks and not failures and at_once:
+            assert self.at_once is not None
+            exchange = self.at_once(
                 plain, session_id, queues=queues, tasks=tasks, limit=limit,
                 take_suspect=take_suspect, now=now,
             )  # fmt: skip
-            if at_once is not None:
-                return at_once
+            if exchange is not None:
+                return exchange
         fail_rows = self.acks.failure_rows(failures)
 
         def op(tx: Tx) -> tuple[AckResult, AckResult, Claimed]:
@@ -141,15 +155,22 @@ class Claims:
             names: list[str] = []
             rows: list[Sequence[Any]] = []
         else:
-            names, rows = self.engine.driver.claim_rows(
-                tx,
-                session_id,
-                queues=list(dict.fromkeys(queues)),  # a queue named twice is read once
-                tasks=list(tasks),
-                limit=int(limit),
-                take_suspect=bool(take_suspect),
-                clock=clock,
-            )
+
+            def plain(named: list[str], most: int) -> Claimed:
+                return self.engine.driver.claim_rows(
+                    tx, session_id, queues=named, tasks=list(tasks), limit=most,
+                    take_suspect=bool(take_suspect), clock=clock,
+                )  # fmt: skip
+
+            named = list(dict.fromkeys(queues))  # a queue named twice is read once
+            if self.fair(named):
+                assert self.fairness is not None
+                names, rows = self.fairness.claim(
+                    tx, session_id, queues=named, tasks=list(tasks), limit=int(limit),
+                    take_suspect=bool(take_suspect), clock=clock, plain=plain,
+                )  # fmt: skip
+            else:
+                names, rows = plain(named, int(limit))
         if not rows and tx.one("session_alive", session_id=session_id, now=clock) is None:
             raise errors.SessionGone(f"session {session_id} has expired or was closed")
         return names, rows

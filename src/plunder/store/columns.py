@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from plunder import errors, payload
+from plunder import access, errors, payload
 from plunder.model import JobRecord, JobSpec, Limit, build_job
 from plunder.states import Status
 from plunder.store import convert
@@ -84,6 +84,11 @@ def _limit_key(name: str, value: Any, _spec: JobSpec) -> str | None:
     raise ValueError(f"{name} must be a plunder Limit or None, not {type(value).__name__}")
 
 
+def _group(_name: str, value: Any, _spec: JobSpec) -> str | None:
+    """A job's group (a tenant; docs/guide/fairness.md), named as a key's group is."""
+    return None if value is None else access.check_group(value)
+
+
 # In the order they are checked: the first bad one is the one an enqueue names.
 OPTIONS: tuple[JobOption, ...] = (
     JobOption("queue", _named(payload.check_stored_queue), "queue"),
@@ -98,9 +103,11 @@ OPTIONS: tuple[JobOption, ...] = (
     JobOption("retry_on_lost", _flag, "retry_on_lost"),
     JobOption("expires_in", _start_by, "expires_at", relative=True),
     JobOption("limit", _limit_key, "limit_key"),
+    JobOption("group", _group, "group_name"),
 )
 OWN = ("args", "kwargs", "key")  # a JobSpec's values of its own, checked one by one
 ROUTING = ("partition_key",)  # a JobSpec's values that choose its queue, not stored
+UNSHOWN = ("group_name",)  # columns an option sets that no record shows (read by claims)
 RELATIVE = tuple(o for o in OPTIONS if o.relative)
 option_values = operator.attrgetter(*(o.name for o in OPTIONS))  # a spec's, in that order
 
@@ -282,7 +289,9 @@ FRESH: Mapping[str, Any] = {"status": Status.PENDING, "attempt": 0, "failed_sess
 # The columns an insert assigns to each job: what it returns of them is what it stored.
 ASSIGNED_TIMES = ("created_at", *(o.column for o in RELATIVE))
 ASSIGNED = ("id", *ASSIGNED_TIMES)
-_OPTION_AT = tuple((o.name, _AT[o.column]) for o in OPTIONS if not o.relative)
+_OPTION_AT = tuple(
+    (o.name, _AT[o.column]) for o in OPTIONS if not o.relative and o.column not in UNSHOWN
+)
 
 
 class FreshJobs:
@@ -338,7 +347,7 @@ def _check_declaration() -> None:
     declared = {o.name for o in OPTIONS} | set(OWN) | set(ROUTING)
     if spec_fields != declared:
         raise TypeError(f"JobSpec's fields and OPTIONS differ: {sorted(spec_fields ^ declared)}")
-    given = {*FRESH, *OWN, *ASSIGNED, *(o.column for o in OPTIONS)}
+    given = {*FRESH, *OWN, *ASSIGNED, *(o.column for o in OPTIONS if o.column not in UNSHOWN)}
     unset = [c.name for c in COLUMNS if not c.nullable and c.name not in given]
     if unset or not given <= _AT.keys():
         raise TypeError(f"a fresh job has no value for {unset} or no such columns: {given}")

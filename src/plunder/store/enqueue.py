@@ -18,6 +18,7 @@ from plunder.model import JobRecord, JobSpec
 from plunder.store import columns, limits
 from plunder.store.driver import Now, Row, Tx
 from plunder.store.engine import MAX_ENQUEUE, Engine, insert_mismatch
+from plunder.store.fairness import Fairness
 
 # Where FreshJobs finds what the insert assigned in a row made for a numbered insert (see
 # Enqueue._match_numbered): in the order of columns.ASSIGNED.
@@ -101,10 +102,11 @@ def _own_values(spec: JobSpec) -> dict[str, Any]:
 class Enqueue:
     """The producers' writes: job_enqueue_many and job_enqueue_ids."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, fairness: Fairness | None = None) -> None:
         self.engine = engine
         self.driver = engine.driver
         self.limits = limits.Limits(engine)
+        self.fairness = fairness
 
     def job_enqueue_many(
         self, specs: Sequence[JobSpec], *, conn: Any = None, now: Now = None
@@ -147,7 +149,7 @@ class Enqueue:
             else:
                 if len(fresh) + len(active) < len(rows):
                     raise errors.StoreBusy("idempotency keys kept changing state during enqueue")
-            self.limits.enqueued(tx, specs, clock)
+            self._enqueued(tx, specs, clock)
             if not records:
                 return [
                     int(fresh[i][at["id"]]) if i in fresh else int(active[i]["id"])
@@ -163,8 +165,15 @@ class Enqueue:
 
         # a keyed job inserts once however often this runs; others commit alone, unless limited
         keyed = [bool(row["key"]) for row in rows] + [s.limit is not None for s in specs]
+        keyed += [s.group is not None for s in specs]  # a fair queue's group: a second write
         single = not (self.driver.numbers_jobs or any(keyed)) and len(batch.runs) == 1
         return self.engine.run(op, conn=conn, repeatable=all(keyed[: len(rows)]), single=single)
+
+    def _enqueued(self, tx: Tx, specs: Sequence[JobSpec], clock: Any) -> None:
+        """After the inserts: admissions of limited jobs, and fair queues' new groups."""
+        self.limits.enqueued(tx, specs, clock)
+        if self.fairness is not None:
+            self.fairness.enqueued(tx, specs, clock)
 
     def _number(self, tx: Tx, rows: list[dict[str, Any]]) -> None:
         """Give each row the id it will have (see Driver.numbers_jobs) as its seq: ids

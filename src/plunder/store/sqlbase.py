@@ -16,7 +16,7 @@ another's private members. A driver package builds its store (``SqliteStore``,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
@@ -50,6 +50,8 @@ from plunder.store.claims import Claims
 from plunder.store.driver import Driver, Now
 from plunder.store.engine import Engine
 from plunder.store.enqueue import Enqueue
+from plunder.store.fairness import Fairness
+from plunder.store.fairqueues import FairGroup
 from plunder.store.keys import Keys
 from plunder.store.limits import Limits
 from plunder.store.maintenance import Maintenance
@@ -81,6 +83,9 @@ class Turns(Protocol):
         """Turns sent ahead (see Store.turn_pipe)."""
         ...
 
+    # whether a claim names a fair queue: its turns are not sent ahead (made by the store)
+    fair: Callable[[Sequence[str]], bool]
+
 
 class SQLStore:
     """Every operation of :class:`plunder.store.base.Store`, delegated to its parts.
@@ -103,8 +108,11 @@ class SQLStore:
         self.maintenance = Maintenance(self.engine)
         self.turns = None if turns is None else turns(self.engine, self.acks)
         at_once = None if self.turns is None else self.turns.at_once
-        self.claims = Claims(self.engine, self.acks, at_once)
-        self.enqueue = Enqueue(self.engine)
+        self.fairness = Fairness(self.engine)
+        self.claims = Claims(self.engine, self.acks, at_once, self.fairness)
+        if self.turns is not None:
+            self.turns.fair = self.claims.fair
+        self.enqueue = Enqueue(self.engine, self.fairness)
         self.reads = Reads(self.engine)
         self.partitions = Partitions(self.engine, self.maintenance)
         self.sessions = Sessions(self.engine, self.acks, self.maintenance, self.partitions)
@@ -178,12 +186,14 @@ class SQLStore:
     def job_enqueue_many(
         self, specs: Sequence[JobSpec], *, conn: Any = None, now: Now = None
     ) -> list[JobRecord]:
-        return self.enqueue.job_enqueue_many(self.partitions.route(specs), conn=conn, now=now)
+        routed = self.partitions.route(self.fairness.route(specs))
+        return self.enqueue.job_enqueue_many(routed, conn=conn, now=now)
 
     def job_enqueue_ids(
         self, specs: Sequence[JobSpec], *, conn: Any = None, now: Now = None
     ) -> list[int]:
-        return self.enqueue.job_enqueue_ids(self.partitions.route(specs), conn=conn, now=now)
+        routed = self.partitions.route(self.fairness.route(specs))
+        return self.enqueue.job_enqueue_ids(routed, conn=conn, now=now)
 
     def job_cancel(self, job_id: int, *, now: Now = None) -> JobRecord:
         return self.acks.job_cancel(job_id, now=now)
@@ -300,6 +310,19 @@ class SQLStore:
         self, *, queues: Sequence[str], tasks: Sequence[str], now: Now = None
     ) -> float | None:
         return self.engine.job_next_due(queues=queues, tasks=tasks, now=now)
+
+    # -- fair queues (plunder.store.fairness) ------------------------------------------------
+    def fair_declare(self, queue: str, weights: Mapping[str, float] | None = None) -> None:
+        self.fairness.fair_declare(queue, weights)
+
+    def fair_queues(self, *, fresh: float = 5.0) -> dict[str, dict[str, float]]:
+        return self.fairness.fair_queues(fresh=fresh)
+
+    def fair_group_list(self) -> list[FairGroup]:
+        return self.fairness.fair_group_list()
+
+    def fair_prune_many(self, *, now: Now = None) -> tuple[int, int]:
+        return self.fairness.fair_prune_many(now=now)
 
     # -- partitioned queues (plunder.store.partitions) ---------------------------------------
     def partition_declare(self, queue: str, partitions: int) -> None:

@@ -4,7 +4,7 @@ both built on the driver, the engine and the acknowledgements they are handed.""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import cached_property
 
@@ -24,6 +24,7 @@ class PgTurns:
         self.driver = driver
         self.engine = engine
         self.acks = acks
+        self.fair: Callable[[Sequence[str]], bool] = lambda _queues: False  # set by the store
 
     def at_once(
         self,
@@ -77,6 +78,7 @@ class PgTurns:
             settle=self._settle_apart,
             alive=self._session_alive,
             translate=driver.translate,
+            fair=lambda queues: self.fair(queues),  # noqa: PLW0108 (set after this is made)
         )
 
     def _settle_apart(

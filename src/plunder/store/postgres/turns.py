@@ -77,6 +77,8 @@ class PipeSupport:
     settle: Callable[[Encoded, datetime | None], tuple[list[Claim], list[Claim]]]
     alive: Callable[[str, datetime | None], bool]  # whether a session is alive
     translate: Callable[[Exception], Exception | None]  # a driver error as plunder's
+    # whether a claim names a fair queue: such a turn is not sent ahead (see send)
+    fair: Callable[[Sequence[str]], bool] = lambda _queues: False
 
 
 def turn_params(
@@ -303,6 +305,8 @@ class TurnPipe:
             raise ValueError("completions with effects go through job_complete_many")
         support = self._support
         support.check_claim(queues, limit)
+        if support.fair(queues):  # a fair queue's claim is several statements: one at a time
+            return False
         plain = support.encode(completions)
         params = turn_params(
             plain, session_id, queues=queues, tasks=tasks, limit=limit, take_suspect=take_suspect

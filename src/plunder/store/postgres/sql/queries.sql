@@ -55,7 +55,7 @@ WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS n
 INSERT INTO plunder_jobs (
     queue, task, args, kwargs, priority, max_attempts, timeout,
     backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
-    retry_on_lost, expires_at, limit_key
+    retry_on_lost, expires_at, limit_key, group_name
 )
 SELECT %(queue)s::text, %(task)s::text, u.args, u.kwargs, %(priority)s::int,
        %(max_attempts)s::int, %(timeout)s::float8, %(backoff_base)s::float8,
@@ -63,7 +63,7 @@ SELECT %(queue)s::text, %(task)s::text, u.args, u.kwargs, %(priority)s::int,
        clock.now + %(delay)s::float8 * interval '1 second'
            + (%(limit)s::text IS NOT NULL)::int * interval '200000000000 seconds', clock.now,
        %(retry_on_lost)s::bool, clock.now + %(expires_in)s::float8 * interval '1 second',
-       %(limit)s::text
+       %(limit)s::text, %(group)s::text
 FROM unnest(%(seq)s::int[], %(args)s::text[], %(kwargs)s::text[], %(key)s::text[])
          AS u(seq, args, kwargs, key),
      clock
@@ -97,22 +97,23 @@ WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS n
 INSERT INTO plunder_jobs (
     queue, task, args, kwargs, priority, max_attempts, timeout,
     backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
-    retry_on_lost, expires_at, limit_key
+    retry_on_lost, expires_at, limit_key, group_name
 )
 SELECT u.queue, u.task, u.args, u.kwargs, u.priority, u.max_attempts, u.timeout,
        u.backoff_base, u.backoff_cap, u.retry_on_timeout, u.key,
        clock.now + u.delay * interval '1 second'
            + (u.limit_key IS NOT NULL)::int * interval '200000000000 seconds', clock.now,
-       u.retry_on_lost, clock.now + u.expires_in * interval '1 second', u.limit_key
+       u.retry_on_lost, clock.now + u.expires_in * interval '1 second', u.limit_key,
+       u.group_name
 FROM unnest(
     %(seq)s::int[], %(queue)s::text[], %(task)s::text[], %(args)s::text[],
     %(kwargs)s::text[], %(priority)s::int[], %(max_attempts)s::int[], %(timeout)s::float8[],
     %(backoff_base)s::float8[], %(backoff_cap)s::float8[], %(retry_on_timeout)s::bool[],
     %(key)s::text[], %(delay)s::float8[], %(retry_on_lost)s::bool[],
-    %(expires_in)s::float8[], %(limit)s::text[]
+    %(expires_in)s::float8[], %(limit)s::text[], %(group)s::text[]
 ) AS u(seq, queue, task, args, kwargs, priority, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, delay, retry_on_lost, expires_in,
-       limit_key),
+       limit_key, group_name),
      clock
 ORDER BY u.seq
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
@@ -1161,3 +1162,132 @@ SELECT p.queue, p.partitions, p.generation, o.partition
 FROM plunder_partitions AS p
 LEFT JOIN plunder_partition_owners AS o ON o.queue = p.queue AND o.session_id = %(session_id)s
 ORDER BY p.queue, o.partition;
+
+-- name: fair_declare
+-- A fair queue (migration 21), declared anew with its weights (a JSON object).
+INSERT INTO plunder_fair_queues (queue, weights) VALUES (%(queue)s, %(weights)s::jsonb)
+ON CONFLICT (queue) DO UPDATE SET weights = excluded.weights;
+
+-- name: fair_backfill
+-- A queue made fair: its pending jobs without a group join the group "default".
+UPDATE plunder_jobs SET group_name = 'default'
+WHERE queue = %(queue)s AND status = 'pending' AND group_name IS NULL;
+
+-- name: fair_queue_list
+SELECT queue, weights::text AS weights FROM plunder_fair_queues ORDER BY queue;
+
+-- name: fair_group_touch
+-- batch. A group with jobs just enqueued, made where new at the lowest virtual time of its
+-- queue: served within the current round.
+INSERT INTO plunder_fair_groups (queue, group_name, vtime)
+SELECT u.queue, u.group_name,
+       coalesce((SELECT min(g.vtime) FROM plunder_fair_groups AS g WHERE g.queue = u.queue), 0)
+FROM unnest(%(queue)s::text[], %(group)s::text[]) AS u(queue, group_name)
+ON CONFLICT (queue, group_name) DO NOTHING;
+
+-- name: fair_turn
+-- The next %(groups)s groups of the fair queues %(queues)s in turn (lowest virtual time
+-- first), each with its weight and the highest virtual time of its queue.
+SELECT g.queue, g.group_name, g.vtime,
+       coalesce((SELECT (f.weights ->> g.group_name)::float8 FROM plunder_fair_queues AS f
+                 WHERE f.queue = g.queue), 1.0) AS weight,
+       (SELECT max(m.vtime) FROM plunder_fair_groups AS m WHERE m.queue = g.queue) AS top
+FROM plunder_fair_groups AS g
+WHERE g.queue = ANY(%(queues)s::text[])
+ORDER BY g.vtime, g.queue, g.group_name
+LIMIT %(groups)s;
+
+-- name: fair_walk
+-- Up to %(limit)s jobs of one group of a fair queue that a claim may take now, oldest due
+-- first, locked (rows another claimer holds are skipped): a range of plunder_jobs_fair
+-- bounded by `run_at <= now`, so it never reads the other groups' jobs, nor its own due
+-- later. Filters as job_claim_many, but for the jobs this session failed (taken again).
+SELECT j.id, j.losses, j.run_at FROM plunder_jobs AS j
+WHERE j.status = 'pending'
+  AND j.group_name IS NOT NULL
+  AND j.queue = %(queue)s
+  AND j.group_name = %(group)s
+  AND j.run_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
+  -- after the last job this claim walked of the group (NULL: from its first)
+  AND (%(after_id)s::bigint IS NULL
+       OR (j.run_at, j.id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint))
+  -- not past its start-by deadline (NULL: none)
+  AND (j.expires_at > COALESCE(%(now)s::timestamptz, statement_timestamp())) IS NOT FALSE
+  AND j.task = ANY(%(tasks)s::text[])
+  AND (j.losses < %(suspect_losses)s OR %(take_suspect)s)
+ORDER BY j.run_at, j.id
+LIMIT %(limit)s
+FOR UPDATE OF j SKIP LOCKED;
+
+-- name: fair_claim
+-- Claim the pending jobs %(ids)s (chosen and locked by fair_walk in this transaction) for a
+-- live session, as job_claim_many claims those it picks.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+UPDATE plunder_jobs AS j
+SET status = 'running',
+    attempt = j.attempt + 1,
+    session_id = %(session_id)s,
+    started_at = clock.now,
+    finished_at = NULL,
+    deadline_at = clock.now + j.timeout * interval '1 second',
+    run_worker = me.name, run_host = me.host, run_pid = me.pid
+FROM clock,
+     (SELECT name, host, pid FROM plunder_sessions
+      WHERE id = %(session_id)s AND expires_at > COALESCE(%(now)s::timestamptz,
+                                                         statement_timestamp())) AS me
+WHERE j.id = ANY(%(ids)s::bigint[])
+  AND j.status = 'pending'
+  AND (j.expires_at > clock.now) IS NOT FALSE
+RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.status, j.attempt,
+          j.max_attempts, j.timeout, j.backoff_base, j.backoff_cap, j.retry_on_timeout, j.key,
+          j.run_at, j.created_at, j.started_at, j.finished_at, j.deadline_at, j.session_id,
+          j.result, j.error, j.failed_sessions, j.losses, j.retry_on_lost, j.expires_at,
+          j.limit_key;
+
+-- name: fair_advance
+-- batch. A group's turn taken: its virtual time moves on by delta (jobs taken / weight),
+-- and to floor at least (a group with no job due: behind every other; NULL: no floor).
+UPDATE plunder_fair_groups AS g
+SET vtime = GREATEST(g.vtime + u.delta, u.floor)
+FROM unnest(%(queue)s::text[], %(group)s::text[], %(delta)s::float8[], %(floor)s::float8[])
+         AS u(queue, group_name, delta, floor)
+WHERE g.queue = u.queue AND g.group_name = u.group_name;
+
+-- name: fair_prune
+-- The janitor's pass: groups with no pending job, and those of queues no longer fair, go.
+DELETE FROM plunder_fair_groups AS g
+WHERE NOT EXISTS (SELECT FROM plunder_jobs AS j
+                  WHERE j.status = 'pending' AND j.group_name IS NOT NULL
+                    AND j.queue = g.queue AND j.group_name = g.group_name)
+   OR NOT EXISTS (SELECT FROM plunder_fair_queues AS f WHERE f.queue = g.queue)
+RETURNING g.queue;
+
+-- name: fair_repair
+-- The janitor's pass: every group with pending jobs in the fair queue %(queue)s has its
+-- row (one that went back to pending after its row was pruned: a retry, a rescue). The
+-- groups are found one index probe each (a skip scan of plunder_jobs_fair).
+WITH RECURSIVE seen(group_name) AS (
+    SELECT (SELECT min(j.group_name) FROM plunder_jobs AS j
+            WHERE j.status = 'pending' AND j.group_name IS NOT NULL
+              AND j.queue = %(queue)s::text)
+    UNION ALL
+    SELECT (SELECT min(j.group_name) FROM plunder_jobs AS j
+            WHERE j.status = 'pending' AND j.group_name IS NOT NULL
+              AND j.queue = %(queue)s::text AND j.group_name > s.group_name)
+    FROM seen AS s WHERE s.group_name IS NOT NULL
+)
+INSERT INTO plunder_fair_groups (queue, group_name, vtime)
+SELECT %(queue)s::text, s.group_name,
+       coalesce((SELECT min(g.vtime) FROM plunder_fair_groups AS g
+                 WHERE g.queue = %(queue)s::text), 0)
+FROM seen AS s WHERE s.group_name IS NOT NULL
+ON CONFLICT (queue, group_name) DO NOTHING
+RETURNING group_name;
+
+-- name: fair_group_list
+-- Each fair queue's groups in turn, with their weights.
+SELECT g.queue, g.group_name, g.vtime,
+       coalesce((SELECT (f.weights ->> g.group_name)::float8 FROM plunder_fair_queues AS f
+                 WHERE f.queue = g.queue), 1.0) AS weight
+FROM plunder_fair_groups AS g
+ORDER BY g.queue, g.vtime, g.group_name;

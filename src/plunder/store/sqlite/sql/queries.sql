@@ -50,12 +50,12 @@ UPDATE plunder_schema SET version = :version WHERE id = 1;
 INSERT INTO plunder_jobs (
     id, queue, task, args, kwargs, priority, max_attempts, timeout,
     backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
-    retry_on_lost, expires_at, limit_key
+    retry_on_lost, expires_at, limit_key, group_name
 )
 SELECT v.column1, :queue, :task, v.column2, v.column3, :priority, :max_attempts, :timeout,
        :backoff_base, :backoff_cap, :retry_on_timeout, v.column4,
        :now + :delay + (:limit IS NOT NULL) * 200000000000, :now,
-       :retry_on_lost, :now + :expires_in, :limit
+       :retry_on_lost, :now + :expires_in, :limit, :group
 FROM (VALUES (:seq, :args, :kwargs, :key)) AS v
 WHERE true
 ORDER BY v.column1
@@ -66,15 +66,15 @@ ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO 
 INSERT INTO plunder_jobs (
     id, queue, task, args, kwargs, priority, max_attempts, timeout,
     backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
-    retry_on_lost, expires_at, limit_key
+    retry_on_lost, expires_at, limit_key, group_name
 )
 SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, v.column7, v.column8,
        v.column9, v.column10, v.column11, v.column12,
        :now + v.column13 + (v.column16 IS NOT NULL) * 200000000000, :now,
-       v.column14, :now + v.column15, v.column16
+       v.column14, :now + v.column15, v.column16, v.column17
 FROM (VALUES (:seq, :queue, :task, :args, :kwargs, :priority, :max_attempts, :timeout,
               :backoff_base, :backoff_cap, :retry_on_timeout, :key, :delay,
-              :retry_on_lost, :expires_in, :limit)) AS v
+              :retry_on_lost, :expires_in, :limit, :group)) AS v
 WHERE true
 ORDER BY v.column1
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING;
@@ -800,3 +800,103 @@ SELECT p.queue, p.partitions, p.generation, o.partition
 FROM plunder_partitions AS p
 LEFT JOIN plunder_partition_owners AS o ON o.queue = p.queue AND o.session_id = :session_id
 ORDER BY p.queue, o.partition;
+
+-- name: fair_declare
+-- A fair queue (migration 21), declared anew with its weights (a JSON object).
+INSERT INTO plunder_fair_queues (queue, weights) VALUES (:queue, :weights)
+ON CONFLICT (queue) DO UPDATE SET weights = excluded.weights;
+
+-- name: fair_backfill
+-- A queue made fair: its pending jobs without a group join the group "default".
+UPDATE plunder_jobs SET group_name = 'default'
+WHERE queue = :queue AND status = 'pending' AND group_name IS NULL;
+
+-- name: fair_queue_list
+SELECT queue, weights FROM plunder_fair_queues ORDER BY queue;
+
+-- name: fair_group_touch
+-- batch. A group with jobs just enqueued, made where new at the lowest virtual time of its
+-- queue: served within the current round.
+INSERT INTO plunder_fair_groups (queue, group_name, vtime)
+SELECT :queue, :group,
+       coalesce((SELECT min(vtime) FROM plunder_fair_groups WHERE queue = :queue), 0)
+WHERE true
+ON CONFLICT (queue, group_name) DO NOTHING;
+
+-- name: fair_turn
+-- The next :groups groups of the fair queues :queues in turn (lowest virtual time first),
+-- each with its weight and the highest virtual time of its queue.
+SELECT g.queue, g.group_name, g.vtime,
+       coalesce((SELECT CAST(w.value AS REAL)
+                 FROM plunder_fair_queues AS f, json_each(f.weights) AS w
+                 WHERE f.queue = g.queue AND w.key = g.group_name), 1.0) AS weight,
+       (SELECT max(m.vtime) FROM plunder_fair_groups AS m WHERE m.queue = g.queue) AS top
+FROM plunder_fair_groups AS g
+WHERE g.queue IN (SELECT value FROM json_each(:queues))
+ORDER BY g.vtime, g.queue, g.group_name
+LIMIT :groups;
+
+-- name: fair_walk
+-- Up to :limit jobs of one group of a fair queue that a claim may take now, oldest due
+-- first: a range of plunder_jobs_fair bounded by `run_at <= :now`, so it never reads the
+-- other groups' jobs, nor its own due later. Filters as job_claim_walk, but for the jobs
+-- this session failed (taken again at once).
+SELECT j.id, j.losses, j.run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_fair
+WHERE j.status = 'pending'
+  AND j.group_name IS NOT NULL
+  AND j.queue = :queue
+  AND j.group_name = :group
+  AND j.run_at <= :now
+  -- after the last job this claim walked of the group (NULL: from its first)
+  AND (:after_id IS NULL OR (j.run_at, j.id) > (:after_run_at, :after_id))
+  AND (j.expires_at IS NULL OR j.expires_at > :now)  -- not past its start-by deadline
+  AND j.task IN (SELECT value FROM json_each(:tasks))
+  AND (j.losses < :suspect_losses OR :take_suspect)
+ORDER BY j.run_at, j.id
+LIMIT :limit;
+
+-- name: fair_advance
+-- batch. A group's turn taken: its virtual time moves on by :delta (jobs taken / weight),
+-- and to :floor at least (a group with no job due: behind every other).
+UPDATE plunder_fair_groups SET vtime = max(vtime + :delta, coalesce(:floor, vtime + :delta))
+WHERE queue = :queue AND group_name = :group;
+
+-- name: fair_prune
+-- The janitor's pass: groups with no pending job, and those of queues no longer fair, go.
+DELETE FROM plunder_fair_groups
+WHERE NOT EXISTS (SELECT 1 FROM plunder_jobs AS j
+                  WHERE j.status = 'pending' AND j.group_name IS NOT NULL
+                    AND j.queue = plunder_fair_groups.queue
+                    AND j.group_name = plunder_fair_groups.group_name)
+   OR NOT EXISTS (SELECT 1 FROM plunder_fair_queues AS f
+                  WHERE f.queue = plunder_fair_groups.queue)
+RETURNING queue;
+
+-- name: fair_repair
+-- The janitor's pass: every group with pending jobs in the fair queue :queue has its row
+-- (one that went back to pending after its row was pruned: a retry, a rescue). The
+-- groups are found one index probe each (a skip scan of plunder_jobs_fair).
+WITH RECURSIVE seen(group_name) AS (
+    SELECT (SELECT min(j.group_name) FROM plunder_jobs AS j
+            WHERE j.status = 'pending' AND j.group_name IS NOT NULL AND j.queue = :queue)
+    UNION ALL
+    SELECT (SELECT min(j.group_name) FROM plunder_jobs AS j
+            WHERE j.status = 'pending' AND j.group_name IS NOT NULL AND j.queue = :queue
+              AND j.group_name > s.group_name)
+    FROM seen AS s WHERE s.group_name IS NOT NULL
+)
+INSERT INTO plunder_fair_groups (queue, group_name, vtime)
+SELECT :queue, s.group_name,
+       coalesce((SELECT min(vtime) FROM plunder_fair_groups WHERE queue = :queue), 0)
+FROM seen AS s WHERE s.group_name IS NOT NULL
+ON CONFLICT (queue, group_name) DO NOTHING
+RETURNING group_name;
+
+-- name: fair_group_list
+-- Each fair queue's groups in turn, with their weights.
+SELECT g.queue, g.group_name, g.vtime,
+       coalesce((SELECT CAST(w.value AS REAL)
+                 FROM plunder_fair_queues AS f, json_each(f.weights) AS w
+                 WHERE f.queue = g.queue AND w.key = g.group_name), 1.0) AS weight
+FROM plunder_fair_groups AS g
+ORDER BY g.queue, g.vtime, g.group_name;

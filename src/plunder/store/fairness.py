@@ -1,0 +1,278 @@
+"""Fair queues: a claim on a fair queue takes its groups (tenants) in turn, weighted, so
+that one group's burst does not starve another's few jobs (see
+docs/decisions/0012-fair-queues.md and docs/guide/fairness.md).
+
+Each group of a fair queue with pending jobs has a row with a *virtual time*. A claim:
+
+```
+ fair_turn   the next few groups, lowest virtual time first (plunder_fair_groups_turn)
+   ─▶ shares   group g's i-th job is due at vtime_g + i / weight_g: the `limit` first of
+               those say how many each group gets
+   ─▶ fair_walk  each group's share of its due jobs, oldest first, on plunder_jobs_fair
+               (an index range of that group alone: never the others' jobs)
+   ─▶ claim    the jobs found (job_claim_many on SQLite, fair_claim on PostgreSQL)
+   ─▶ fair_advance  a group served: vtime + taken / weight; one with none due: behind all
+```
+
+An enqueue makes the rows of new groups at the queue's lowest virtual time (served within
+the round). The janitor prunes the rows of groups without pending jobs and makes those of
+groups whose jobs came back without one (fair_repair). What the groups miss — a job
+whose group has no row yet, or no group — the claim takes after them, in plain claim
+order, whenever the groups' turn did not fill it: a fair queue never stalls on its rows.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from plunder import access, payload
+from plunder.model import SUSPECT_LOSSES, JobSpec
+from plunder.store.driver import Claimed, Now, Tx
+from plunder.store.engine import Engine
+from plunder.store.fairqueues import FairGroup
+
+FRESH = 5.0  # seconds a store's reading of the fair queues is used
+DEFAULT_GROUP = access.DEFAULT_GROUP  # a fair queue's job enqueued without a group
+MAX_GROUPS = 32  # groups a claim reads at most
+SKIP = 1e-6  # how far past the last group a group with no job due goes
+ROUNDS = 3  # shares of one claim: what groups that ran out left goes to the others
+
+# the plain claim of (queues, limit), for what the groups' turn leaves
+Plain = Callable[[list[str], int], Claimed]
+
+
+def check_weights(weights: Mapping[str, float] | None) -> dict[str, float]:
+    """Weights by group name: positive finite numbers."""
+    checked: dict[str, float] = {}
+    for group, weight in (weights or {}).items():
+        access.check_group(group)
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise ValueError(f"weight of group {group!r} must be a number, not {weight!r}")
+        if not (math.isfinite(weight) and 0 < weight <= 1e6):
+            raise ValueError(f"weight of group {group!r} must be above 0 and at most 1e6")
+        checked[group] = float(weight)
+    return checked
+
+
+def shares(groups: Sequence[FairGroup], limit: int) -> list[int]:
+    """How many jobs each group gets of a claim of ``limit``, were each backlogged: the
+    ``limit`` smallest of vtime + i / weight (ties to the group read first)."""
+    heap = [(g.vtime + 1 / g.weight, n, 1) for n, g in enumerate(groups)]
+    heapq.heapify(heap)
+    taken = [0] * len(groups)
+    for _ in range(limit if groups else 0):
+        _, n, i = heapq.heappop(heap)
+        taken[n] += 1
+        heapq.heappush(heap, (groups[n].vtime + (i + 1) / groups[n].weight, n, i + 1))
+    return taken
+
+
+def _take(rows: Sequence[Any], ids: list[int], suspect: bool) -> tuple[int, bool]:
+    """Add the ids of ``rows`` to ``ids``, but for a suspect after the first of the claim
+    (``suspect``: one is taken already); how many, and whether one is now."""
+    got = 0
+    for row in rows:
+        if int(row["losses"]) >= SUSPECT_LOSSES:
+            if suspect:
+                continue
+            suspect = True
+        ids.append(int(row["id"]))
+        got += 1
+    return got, suspect
+
+
+class Fairness:
+    """Declarations, groups at enqueue, the fair claim and the janitor's pass."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        # the statement that claims chosen ids (SQLite's job_claim_many takes ids already)
+        self.claim_ids = "job_claim_many" if engine.driver.dialect == "sqlite" else "fair_claim"
+        self._lock = threading.Lock()
+        self._weights: dict[str, dict[str, float]] = {}
+        self._read_at = float("-inf")
+        self._turn = itertools.count()
+
+    # -- declarations ----------------------------------------------------------------------
+    def fair_declare(self, queue: str, weights: Mapping[str, float] | None = None) -> None:
+        """Declare ``queue`` fair, with these weights (1 for a group not named); its pending
+        jobs without a group join the group "default"."""
+        payload.check_queue(queue)
+        checked = check_weights(weights)
+        text = json.dumps(checked, sort_keys=True)
+
+        def op(tx: Tx) -> None:
+            tx.all("fair_declare", queue=queue, weights=text)
+            tx.all("fair_backfill", queue=queue)
+
+        self.engine.run(op)
+        with self._lock:
+            self._weights[queue] = checked
+
+    def fair_queues(self, *, fresh: float = FRESH) -> dict[str, dict[str, float]]:
+        """The fair queues and their weights, read at most ``fresh`` seconds ago."""
+        with self._lock:
+            if time.monotonic() - self._read_at < fresh:
+                return dict(self._weights)
+        rows = self.engine.run(lambda tx: tx.all("fair_queue_list"), write=False)
+        found = {str(r["queue"]): dict(json.loads(r["weights"])) for r in rows}
+        with self._lock:
+            self._weights, self._read_at = found, time.monotonic()
+        return dict(found)
+
+    def among(self, queues: Sequence[str]) -> list[str]:
+        """Those of ``queues`` that are fair."""
+        fair = self.fair_queues()
+        return [q for q in dict.fromkeys(queues) if q in fair] if fair else []
+
+    def fair_group_list(self) -> list[FairGroup]:
+        rows = self.engine.run(lambda tx: tx.all("fair_group_list"), write=False)
+        return [
+            FairGroup(str(r["queue"]), str(r["group_name"]), float(r["vtime"]), float(r["weight"]))
+            for r in rows
+        ]
+
+    # -- enqueue ---------------------------------------------------------------------------
+    def route(self, specs: Sequence[JobSpec]) -> Sequence[JobSpec]:
+        """A fair queue's job without a group is of the group "default"."""
+        fair = self.fair_queues()
+        if not fair or not any(s.group is None and s.queue in fair for s in specs):
+            return specs
+        return [
+            replace(s, group=DEFAULT_GROUP) if s.group is None and s.queue in fair else s
+            for s in specs
+        ]
+
+    def enqueued(self, tx: Tx, specs: Sequence[JobSpec], clock: Any) -> None:
+        """In the enqueue's transaction: the rows of its fair queues' new groups."""
+        fair = self.fair_queues()
+        if not fair:
+            return
+        pairs = {(s.queue, s.group) for s in specs if s.group is not None and s.queue in fair}
+        rows = [{"queue": q, "group": g} for q, g in sorted(pairs)]
+        if rows:
+            tx.batch("fair_group_touch", rows)
+
+    # -- claims ----------------------------------------------------------------------------
+    def claim(
+        self,
+        tx: Tx,
+        session_id: str,
+        *,
+        queues: list[str],
+        tasks: list[str],
+        limit: int,
+        take_suspect: bool,
+        clock: Any,
+        plain: Plain,
+    ) -> Claimed:
+        """Claim up to ``limit``: the fair queues' groups in turn; the other queues by
+        ``plain`` (first every other claim, so neither kind starves the other); then, for
+        what is left, ``plain`` over the fair queues too (jobs no group's row shows)."""
+        fair = self.among(queues)
+        others = [q for q in queues if q not in fair]
+        names: list[str] = []
+        rows: list[Sequence[Any]] = []
+
+        def add(found: Claimed) -> None:
+            nonlocal names
+            if found[1]:
+                names = names or found[0]
+                rows.extend(found[1])
+
+        if others and next(self._turn) % 2:
+            add(plain(others, limit))
+        if len(rows) < limit:
+            add(self._turn_of(tx, session_id, queues=fair, tasks=tasks, limit=limit - len(rows),
+                              take_suspect=take_suspect, clock=clock))  # fmt: skip
+        if others and len(rows) < limit:
+            add(plain(others, limit - len(rows)))
+        if len(rows) < limit:
+            add(plain(fair, limit - len(rows)))
+        return names, rows
+
+    def _turn_of(
+        self,
+        tx: Tx,
+        session_id: str,
+        *,
+        queues: list[str],
+        tasks: list[str],
+        limit: int,
+        take_suspect: bool,
+        clock: Any,
+    ) -> Claimed:
+        """The groups' turn: each group's share of ``limit``; what the groups that ran out
+        left is shared again among those that did not, up to ROUNDS times."""
+        driver = self.engine.driver
+        found = tx.all(
+            "fair_turn", queues=driver.list_in(queues), groups=min(limit + 2, MAX_GROUPS)
+        )
+        groups = [
+            FairGroup(str(r["queue"]), str(r["group_name"]), float(r["vtime"]), float(r["weight"]))
+            for r in found
+        ]
+        tops = {str(r["queue"]): float(r["top"]) for r in found}
+        walk = {
+            "tasks": driver.list_in(tasks),
+            "take_suspect": take_suspect,
+            "suspect_losses": SUSPECT_LOSSES,
+            "now": clock,
+        }
+        ids: list[int] = []
+        taken = [0] * len(groups)
+        after: list[tuple[Any, Any]] = [(None, None)] * len(groups)  # the last row walked
+        done = [False] * len(groups)  # no more due jobs
+        suspect = False
+        for _ in range(ROUNDS):
+            live = [n for n in range(len(groups)) if not done[n]]
+            moved = [replace(groups[n], vtime=groups[n].vtime + taken[n] / groups[n].weight)
+                     for n in live]  # fmt: skip
+            for n, share in zip(live, shares(moved, limit - len(ids)), strict=True):
+                if not share:
+                    continue
+                group = groups[n]
+                rows = tx.all(
+                    "fair_walk", queue=group.queue, group=group.group, limit=share,
+                    after_run_at=after[n][0], after_id=after[n][1], **walk,
+                )  # fmt: skip
+                done[n] = len(rows) < share
+                if rows:
+                    after[n] = (rows[-1]["run_at"], rows[-1]["id"])
+                got, suspect = _take(rows, ids, suspect)
+                taken[n] += got
+            if len(ids) >= limit or all(done):
+                break
+        advance = [
+            {"queue": g.queue, "group": g.group, "delta": taken[n] / g.weight,
+             "floor": None if taken[n] else tops[g.queue] + SKIP}
+            for n, g in enumerate(groups)
+            if taken[n] or done[n]
+        ]  # fmt: skip
+        if advance:
+            tx.batch("fair_advance", advance)
+        if not ids:
+            return [], []
+        return tx.table(self.claim_ids, ids=driver.list_in(ids), session_id=session_id, now=clock)
+
+    # -- the janitor's pass ----------------------------------------------------------------
+    def fair_prune_many(self, *, now: Now = None) -> tuple[int, int]:
+        """Prune the rows of groups without pending jobs, and make those of groups with
+        pending jobs that have none; (pruned, made)."""
+
+        def op(tx: Tx) -> tuple[int, int]:
+            pruned = len(tx.all("fair_prune"))
+            made = 0
+            for row in tx.all("fair_queue_list"):
+                made += len(tx.all("fair_repair", queue=str(row["queue"])))
+            return pruned, made
+
+        return self.engine.run(op)

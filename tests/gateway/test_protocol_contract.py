@@ -181,3 +181,19 @@ def test_a_worker_pauses_its_jobs_limit_key_and_gives_the_job_back(
     assert remote.exchange(session.id, [], claim()).claimed == ()
     with pytest.raises(errors.StaleClaim):  # fenced: the claim is no longer current
         remote.pause_limit(job.claim, "provider", 60.0)
+
+
+def test_a_fair_queue_is_claimed_in_turn_through_either_link(
+    links: Callable[[str], WorkerProtocol], keys: Keys, store: Store
+) -> None:
+    store.fair_declare("default", {"b": 2})
+    store.job_enqueue_ids([JobSpec("t.echo", ["a", i], group="a") for i in range(20)])
+    store.job_enqueue_ids([JobSpec("t.echo", ["b", i], group="b") for i in range(20)])
+    remote = links(keys.worker)
+    session = remote.open(hello())
+    first = remote.exchange(session.id, [], claim(limit=6)).claimed
+    assert sorted(j.args[0] for j in first) == ["a", "a", "b", "b", "b", "b"]
+    done = [Completion(j.claim, None) for j in first]
+    # a turn that acknowledges and claims (one statement on PostgreSQL for plain queues)
+    second = remote.exchange(session.id, done, claim(limit=3)).claimed
+    assert sorted(j.args[0] for j in second) == ["a", "b", "b"]

@@ -63,9 +63,10 @@ class Claims:
         self.at_once = at_once
         self.fairness = fairness
 
-    def fair(self, queues: Sequence[str]) -> bool:
-        """Whether a claim of ``queues`` names a fair queue (plunder.store.fairness)."""
-        return self.fairness is not None and bool(self.fairness.among(queues))
+    def fair(self, queues: Sequence[str], *, read: bool = True) -> bool:
+        """Whether a claim of ``queues`` names a fair queue (plunder.store.fairness);
+        ``read=False``: as last read, inside a transaction."""
+        return self.fairness is not None and bool(self.fairness.among(queues, read=read))
 
     def job_claim_many(
         self,
@@ -112,7 +113,8 @@ class Claims:
         if limit:
             check_claim(queues, limit)
         plain = self.acks.encode_results(completions)
-        at_once = self.at_once is not None and not self.fair(queues)
+        fair = bool(limit) and self.fair(queues)  # read here, not in the transaction
+        at_once = self.at_once is not None and not fair
         if plain and limit and queues and tasks and not failures and at_once:
             assert self.at_once is not None
             exchange = self.at_once(
@@ -163,7 +165,7 @@ class Claims:
                 )  # fmt: skip
 
             named = list(dict.fromkeys(queues))  # a queue named twice is read once
-            if self.fair(named):
+            if self.fair(named, read=False):  # read before the transaction began
                 assert self.fairness is not None
                 names, rows = self.fairness.claim(
                     tx, session_id, queues=named, tasks=list(tasks), limit=int(limit),

@@ -128,9 +128,14 @@ class Fairness:
             self._weights, self._read_at = found, time.monotonic()
         return dict(found)
 
-    def among(self, queues: Sequence[str]) -> list[str]:
-        """Those of ``queues`` that are fair."""
-        fair = self.fair_queues()
+    def among(self, queues: Sequence[str], *, read: bool = True) -> list[str]:
+        """Those of ``queues`` that are fair; ``read=False`` inside a transaction: as last
+        read (a read of its own would be a transaction within it)."""
+        if read:
+            fair = self.fair_queues()
+        else:
+            with self._lock:
+                fair = self._weights
         return [q for q in dict.fromkeys(queues) if q in fair] if fair else []
 
     def fair_group_list(self) -> list[FairGroup]:
@@ -152,8 +157,10 @@ class Fairness:
         ]
 
     def enqueued(self, tx: Tx, specs: Sequence[JobSpec], clock: Any) -> None:
-        """In the enqueue's transaction: the rows of its fair queues' new groups."""
-        fair = self.fair_queues()
+        """In the enqueue's transaction: the rows of its fair queues' new groups (the fair
+        queues as ``route`` read them just before)."""
+        with self._lock:
+            fair = self._weights
         if not fair:
             return
         pairs = {(s.queue, s.group) for s in specs if s.group is not None and s.queue in fair}
@@ -177,7 +184,7 @@ class Fairness:
         """Claim up to ``limit``: the fair queues' groups in turn; the other queues by
         ``plain`` (first every other claim, so neither kind starves the other); then, for
         what is left, ``plain`` over the fair queues too (jobs no group's row shows)."""
-        fair = self.among(queues)
+        fair = self.among(queues, read=False)
         others = [q for q in queues if q not in fair]
         names: list[str] = []
         rows: list[Sequence[Any]] = []

@@ -39,6 +39,9 @@ Scenarios:
     one killed and one added, 3 times (1 with --quick): time to full ownership after each,
     jobs of a killed owner's partitions stolen before the rebalance, double claims.
     Run only when named, ``--scenarios 12``
+ 14 fairness between tenants: 2 workers; tenant a enqueues 100,000 no-ops, tenant b 100
+    a second later: b's p99 wait (started_at - created_at) on a plain queue and on a fair
+    one, in the same run. Run only when named, ``--scenarios 14``
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ MEASUREMENTS: dict[str, tuple[str, dict[str, Any]]] = {
     "limits": ("limits", {}),
     **{f"fleet_{n}": ("fleet", {"workers": n}) for n in (1, 2, 4, 8, 16)},
     "rebalance": ("rebalance", {"workers": 8}),
+    "fairness": ("fairness", {"workers": 2}),
 }
 PG_SCENARIOS = {
     "1": ["enqueue"],
@@ -113,8 +117,9 @@ POOL_SCENARIO = {"8": ["pool"]}  # pool_jobs no-op jobs, -c 8: threads vs the wa
 FLEET_SCENARIO = {"9": [f"fleet_{n}" for n in (1, 2, 4, 8, 16)]}
 LIMITS_SCENARIO = {"11": ["limits"]}
 PARTITIONS_SCENARIO = {"12": ["rebalance"]}  # 8 workers: only when --scenarios names it
+FAIRNESS_SCENARIO = {"14": ["fairness"]}
 # too long for every run: only when --scenarios names them
-NAMED_ONLY = frozenset(FLEET_SCENARIO | LIMITS_SCENARIO | PARTITIONS_SCENARIO)
+NAMED_ONLY = frozenset(FLEET_SCENARIO | LIMITS_SCENARIO | PARTITIONS_SCENARIO | FAIRNESS_SCENARIO)
 SERIAL = "-c 100 --depth 1"
 SYSTEMS = {
     s.name: s
@@ -123,7 +128,12 @@ SYSTEMS = {
             "plunder_pg",
             "pg",
             False,
-            PG_SCENARIOS | POOL_SCENARIO | FLEET_SCENARIO | LIMITS_SCENARIO | PARTITIONS_SCENARIO,
+            PG_SCENARIOS
+            | POOL_SCENARIO
+            | FLEET_SCENARIO
+            | LIMITS_SCENARIO
+            | PARTITIONS_SCENARIO
+            | FAIRNESS_SCENARIO,
             "production defaults (fencing, run history, wake-ups, session expiry 5 s, "
             "janitor 1 s); worker `-c 300` (turns sent ahead, each claiming up to 100, a "
             "third of the slots); scenario 8 with `-c 8`, tasks on threads; scenario 9 "
@@ -196,7 +206,7 @@ SYSTEMS = {
             "plunder_sqlite",
             "sqlite",
             False,
-            SQLITE_SCENARIOS | LIMITS_SCENARIO | PARTITIONS_SCENARIO,
+            SQLITE_SCENARIOS | LIMITS_SCENARIO | PARTITIONS_SCENARIO | FAIRNESS_SCENARIO,
             "production defaults, synchronous=FULL; worker `-c 100`; scenario 11 with "
             "`-c 50` per worker process",
         ),
@@ -235,6 +245,7 @@ class Sizes:
     fleet_jobs: int = 100_000
     fleet_batch: int = 1_000
     fleet_idle: float = 5.0  # seconds of idleness over which each worker's CPU is read
+    fair_jobs: int = 100_000  # scenario 14: tenant a's burst
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -250,6 +261,7 @@ class Sizes:
             fleet_jobs=2_000,
             fleet_batch=200,
             fleet_idle=1.0,
+            fair_jobs=2_000,
         )
 
 
@@ -316,6 +328,8 @@ def params_for(options: Options, measurement: str, url: str, workdir: Path) -> P
         p.workers = overrides["workers"]
     if measurement == "pool":
         p.jobs = sizes.pool_jobs
+    if measurement == "fairness":
+        p.jobs = sizes.fair_jobs
     if measurement.startswith("fleet_"):
         p.jobs, p.batch, p.idle = sizes.fleet_jobs, sizes.fleet_batch, sizes.fleet_idle
     if "deep" in overrides:

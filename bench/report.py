@@ -40,6 +40,8 @@ MEDIAN_KEYS = (
     "ratio",
     "ratio_unlimited",
     "most_at_once",
+    "b_p99_plain_ms",
+    "b_p99_fair_ms",
 )
 COLUMNS = [
     ("enqueue", "enqueue (jobs/s)"),
@@ -56,6 +58,7 @@ COLUMNS = [
     ("sessions", "200 idle remote sessions: gateway's connections, memory each"),
     ("limits", "beside a limit of 10, 4 procs -c 50: no-ops/s, × alone, most at once"),
     ("rebalance", "partitions: kill→owned / expiry→owned / join→owned (s), stolen, double"),
+    ("fairness", "tenant b's p99 wait behind a's burst: plain / fair queue (ms)"),
 ]
 LATENCIES = ("latency", "first_line")
 FLEET_PREFIX = "fleet_"  # fleet_1 … fleet_16: scenario 9, one measurement per process count
@@ -89,6 +92,15 @@ def summary(result: dict[str, Any]) -> str:
     """One measurement's result on one line, as the run goes."""
     if "error" in result:
         return f"error: {result['error']}"
+    if "b_p99_fair_ms" in result:
+        plain, fair = result["plain"], result["fair"]
+        return (
+            f"tenant b ({result['small']} jobs, 1 s after a's {result['jobs']:,}): wait "
+            f"p50/p99 {plain['b_wait']['p50']:.0f}/{plain['b_wait']['p99']:.0f} ms plain, "
+            f"{fair['b_wait']['p50']:.0f}/{fair['b_wait']['p99']:.0f} ms fair; a drained at "
+            f"{plain['a_rate']:,.0f} / {fair['a_rate']:,.0f} jobs/s; a left when b was done: "
+            f"{plain['a_left_when_b_done']:,} / {fair['a_left_when_b_done']:,}"
+        )
     if "p50" in result:
         return f"p50 {result['p50']:.1f} ms, p95 {result['p95']:.1f} ms, p99 {result['p99']:.1f} ms"
     if "ratio" in result:
@@ -127,6 +139,8 @@ def cell(m: dict[str, Any] | None, measurement: str) -> str:
         return f"{m['connections']:.0f} conns, {m['kib_per_session']:.0f} KiB each"
     if measurement == "limits":
         return f"{m['rate']:,.0f}, ×{m['ratio']:.2f}, {m['most_at_once']:.0f}"
+    if measurement == "fairness":
+        return f"{m['b_p99_plain_ms']:,.0f} / {m['b_p99_fair_ms']:,.0f}"
     return f"{m['rate']:,.0f}"
 
 

@@ -371,7 +371,16 @@ def limits(p: Params) -> dict[str, Any]:
     return plunder_limits.limits(p)
 
 
+def fairness(p: Params) -> dict[str, Any]:
+    """Scenario 14 (bench.systems.plunder_fairness): a small tenant's wait behind a
+    large one's burst, on a plain queue and on a fair one."""
+    from bench.systems import plunder_fairness
+
+    return plunder_fairness.fairness(p)
+
+
 SCENARIOS = {
+    "fairness": fairness,
     "limits": limits,
     "pool": pool,
     "enqueue": enqueue,

@@ -8,6 +8,7 @@ import collections
 
 import pytest
 
+import plunder
 from plunder import errors
 from plunder.model import JobRecord, JobSpec
 from plunder.store import Store
@@ -125,3 +126,27 @@ def test_a_fair_queue_beside_plain_ones_starves_neither(store: Store) -> None:
 def test_groups_are_checked(store: Store) -> None:
     with pytest.raises(errors.InvalidName, match="group"):
         enqueue(store, JobSpec("t", queue="q", group="no spaces"))
+
+
+def test_a_partitioned_queue_cannot_be_fair(store: Store) -> None:
+    store.partition_declare("parts", 4)
+    with pytest.raises(errors.ConfigError, match="partitioned"):
+        store.fair_declare("parts")
+
+
+def test_a_task_declares_its_fair_queue_and_keeps_declared_weights(store_url: str) -> None:
+    app = plunder.App(store_url)
+    try:
+
+        @app.task(queue="prompts", fair=True, name="generate")
+        def generate(prompt: str) -> None: ...
+
+        assert app.store.fair_queues(fresh=0) == {}  # not before it is needed
+        app.fair("prompts", weights={"acme": 3})
+        generate.options(group="acme").enqueue("x")
+        generate.enqueue("y")  # no group: "default"
+        assert app.store.fair_queues(fresh=0) == {"prompts": {"acme": 3.0}}
+        groups = {(g.group, g.weight) for g in app.store.fair_group_list()}
+        assert groups == {("acme", 3.0), ("default", 1.0)}
+    finally:
+        app.close()

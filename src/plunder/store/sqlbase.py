@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
-from plunder import access, policy
+from plunder import access, errors, policy
 from plunder.access import ApiKey
 from plunder.model import (
     AckResult,
@@ -313,6 +313,8 @@ class SQLStore:
 
     # -- fair queues (plunder.store.fairness) ------------------------------------------------
     def fair_declare(self, queue: str, weights: Mapping[str, float] | None = None) -> None:
+        if queue in self.partitions.partition_counts(fresh=0):
+            raise errors.ConfigError(f"queue {queue!r} is partitioned: it cannot be fair too")
         self.fairness.fair_declare(queue, weights)
 
     def fair_queues(self, *, fresh: float = 5.0) -> dict[str, dict[str, float]]:

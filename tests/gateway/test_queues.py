@@ -149,3 +149,22 @@ def test_a_remote_producer_routes_by_partition_key(
             other.enqueue("t.echo", ["z"], queue="llm", partition_key="k", allow_unregistered=True)
     finally:
         other.close()
+
+
+def test_a_remote_producer_names_its_jobs_group_on_a_fair_queue(
+    gateway: Gateway, keys: Keys, store: Store
+) -> None:
+    store.fair_declare("default")
+    producer = plunder.App(gateway.url, key=keys.producer)
+    try:
+        for group in ("a", "a", "a", "b"):
+            producer.enqueue("t.echo", [group], group=group, allow_unregistered=True)
+    finally:
+        producer.close()
+    assert {g.group for g in store.fair_group_list()} == {"a", "b"}
+    echo = (TaskInfo("t.echo", "default", "thread", {}),)
+    session = store.session_open(
+        name="w", host="h", pid=1, queues=["default"], expiry=30.0, tasks=echo
+    )
+    claimed = store.job_claim_many(session.id, queues=["default"], tasks=["t.echo"], limit=2)
+    assert sorted(j.args[0] for j in claimed) == ["a", "b"]  # b's one job is not last

@@ -206,7 +206,8 @@ class App:
             self.partition(*self.partitioned.popitem())
         while self.fair_queued:
             queue, _ = self.fair_queued.popitem()
-            if queue not in self.store.fair_queues(fresh=0):  # keep weights declared
+            # through a gateway a worker with the database declares it; declared weights stay
+            if hasattr(self.store, "fair_queues") and queue not in self.store.fair_queues(fresh=0):
                 self.fair(queue)
 
     # -- producing ------------------------------------------------------------------------

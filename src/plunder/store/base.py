@@ -42,9 +42,7 @@ from plunder.model import (
     TaskInfo,
     Unrunnable,
 )
-from plunder.store.fairqueues import FairOps
-from plunder.store.limiting import LimitOps
-from plunder.store.partitioning import Partitioned
+from plunder.store import fairqueues, limiting, partitioning
 
 Now = datetime | None
 
@@ -191,7 +189,7 @@ class TurnPipe(Protocol):
         ...
 
 
-class Store(LimitOps, Partitioned, FairOps, Protocol):
+class Store(limiting.LimitOps, partitioning.Partitioned, fairqueues.FairOps, Protocol):
     dialect: str
     """``"sqlite"`` or ``"postgres"``."""
     url: str

@@ -164,8 +164,7 @@ class Enqueue:
             ]
 
         # a keyed job inserts once however often this runs; others commit alone, unless limited
-        keyed = [bool(row["key"]) for row in rows] + [s.limit is not None for s in specs]
-        keyed += [s.group is not None for s in specs]  # a fair queue's group: a second write
+        keyed = [bool(row["key"]) for row in rows] + list(map(_writes_again, specs))
         single = not (self.driver.numbers_jobs or any(keyed)) and len(batch.runs) == 1
         return self.engine.run(op, conn=conn, repeatable=all(keyed[: len(rows)]), single=single)
 
@@ -298,6 +297,12 @@ class Enqueue:
         for i in keyed:
             if rows[i]["key"] in found:
                 active[i] = found[rows[i]["key"]]
+
+
+def _writes_again(spec: JobSpec) -> bool:
+    """Whether the enqueue writes again after its insert: a limit's admission, a fair
+    queue's group row."""
+    return spec.limit is not None or spec.group is not None
 
 
 def _assigned(options: dict[str, Any], clock: Any) -> tuple[Any, ...]:

@@ -234,6 +234,25 @@ class Fairness:
             "suspect_losses": SUSPECT_LOSSES,
             "now": clock,
         }
+        ids, taken, done = self._rounds(tx, groups, limit, walk)
+        advance = [
+            {"queue": g.queue, "group": g.group, "delta": taken[n] / g.weight,
+             "floor": None if taken[n] else tops[g.queue] + SKIP}
+            for n, g in enumerate(groups)
+            if taken[n] or done[n]
+        ]  # fmt: skip
+        if advance:
+            tx.batch("fair_advance", advance)
+        if not ids:
+            return [], []
+        return tx.table(self.claim_ids, ids=driver.list_in(ids), session_id=session_id, now=clock)
+
+    def _rounds(
+        self, tx: Tx, groups: list[FairGroup], limit: int, walk: dict[str, Any]
+    ) -> tuple[list[int], list[int], list[bool]]:
+        """Each group's share of ``limit`` of its due jobs; what the groups that ran out
+        left, shared again among the others (ROUNDS at most). The ids, how many each group
+        gave, and which ran out."""
         ids: list[int] = []
         taken = [0] * len(groups)
         after: list[tuple[Any, Any]] = [(None, None)] * len(groups)  # the last row walked
@@ -258,17 +277,7 @@ class Fairness:
                 taken[n] += got
             if len(ids) >= limit or all(done):
                 break
-        advance = [
-            {"queue": g.queue, "group": g.group, "delta": taken[n] / g.weight,
-             "floor": None if taken[n] else tops[g.queue] + SKIP}
-            for n, g in enumerate(groups)
-            if taken[n] or done[n]
-        ]  # fmt: skip
-        if advance:
-            tx.batch("fair_advance", advance)
-        if not ids:
-            return [], []
-        return tx.table(self.claim_ids, ids=driver.list_in(ids), session_id=session_id, now=clock)
+        return ids, taken, done
 
     # -- the janitor's pass ----------------------------------------------------------------
     def fair_prune_many(self, *, now: Now = None) -> tuple[int, int]:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PlunderBackend"]
+__all__ = ["PlunderBackend", "current_context"]
 
 
 def __getattr__(name: str) -> Any:  # the backend imports Django's settings: only when asked
-    if name == "PlunderBackend":
-        from plunder.contrib.django.backend import PlunderBackend
+    if name in __all__:
+        from plunder.contrib.django import backend
 
-        return PlunderBackend
+        return getattr(backend, name)
     raise AttributeError(name)

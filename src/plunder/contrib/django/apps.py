@@ -14,7 +14,8 @@ class PlunderConfig(AppConfig):
     verbose_name = "plunder"
 
     def ready(self) -> None:
-        post_migrate.connect(_migrate_plunder, sender=self)
+        # sent once per app with models (this one has none): the first brings it up to date
+        post_migrate.connect(_migrate_plunder, dispatch_uid="plunder.migrate")
 
 
 def _migrate_plunder(sender: Any, using: str = "default", **kwargs: Any) -> None:

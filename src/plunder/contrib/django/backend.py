@@ -13,9 +13,9 @@ thread), on the project's ``DATABASES`` entry unless ``OPTIONS["URL"]`` names an
 
 from __future__ import annotations
 
-import functools
 import inspect
 import threading
+from contextvars import ContextVar
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +29,7 @@ from plunder.context import Context
 from plunder.contrib.django import compat, results
 
 _apps: dict[tuple[str, str], App] = {}
+_current: ContextVar[Context | None] = ContextVar("plunder_django_context", default=None)
 _apps_lock = threading.Lock()
 # plunder's Options a backend may set for every task (OPTIONS["TASK_OPTIONS"])
 TASK_OPTIONS = {"retries", "timeout", "backoff_base", "backoff_cap", "retry_on_timeout"}
@@ -153,6 +154,15 @@ class PlunderBackend(compat.BaseTaskBackend):
         self.app.close()
 
 
+def current_context() -> Context:
+    """The plunder Context of the Django task running in this thread or coroutine (to
+    ``stream`` or report ``progress`` to the job's subscribers)."""
+    ctx = _current.get()
+    if ctx is None:
+        raise errors.ConfigError("no plunder job is running here (only in a Django task)")
+    return ctx
+
+
 def _runner(alias: str, task: Any) -> Callable[..., Any]:
     """The function a plunder worker runs for a Django task: the task's function, with a
     TaskContext first where it takes one, between Django's connection housekeeping."""
@@ -169,16 +179,18 @@ def _runner(alias: str, task: Any) -> Callable[..., Any]:
             from asgiref.sync import sync_to_async
 
             first = await sync_to_async(context_for)(ctx)
+            _current.set(ctx)  # this coroutine's own copy of the context
             return await task.func(*first, *args, **kwargs)
 
         return run_async
 
-    @functools.wraps(task.func, assigned=("__doc__",))
     def run(ctx: Context, *args: Any, **kwargs: Any) -> Any:
         close_old_connections()
+        token = _current.set(ctx)
         try:
             return task.func(*context_for(ctx), *args, **kwargs)
         finally:
+            _current.reset(token)
             close_old_connections()
 
     return run

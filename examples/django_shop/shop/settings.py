@@ -39,7 +39,7 @@ DATABASES = {
     "default": _database(os.environ.get("SHOP_DATABASE_URL", f"sqlite:///{BASE_DIR / 'shop.db'}"))
 }
 
-TASKS = {
+PLUNDER_TASKS = {
     "default": {
         "BACKEND": "plunder.contrib.django.PlunderBackend",
         "QUEUES": ["default", "emails"],
@@ -49,3 +49,16 @@ TASKS = {
         },
     }
 }
+
+# SHOP_TASKS=reference: the reference database backend (django-tasks-db and its db_worker)
+# instead, for comparison
+if os.environ.get("SHOP_TASKS") == "reference":
+    INSTALLED_APPS += ["django_tasks", "django_tasks_db"]
+    TASKS = {
+        "default": {
+            "BACKEND": "django_tasks_db.DatabaseBackend",
+            "QUEUES": ["default", "emails"],
+        }
+    }
+else:
+    TASKS = PLUNDER_TASKS

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import inspect
 import threading
-from contextvars import ContextVar
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from django.conf import settings

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import logging
+import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -40,6 +42,12 @@ class Command(BaseCommand):
         backend = compat.task_backends[options["backend"]]
         if not isinstance(backend, PlunderBackend):
             raise CommandError(f"task backend {options['backend']!r} is not a PlunderBackend")
+        if not logging.getLogger().handlers:  # as plunder worker logs, unless LOGGING says
+            logging.basicConfig(
+                level=logging.INFO,
+                stream=sys.stderr,
+                format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            )
         autodiscover_modules("tasks")  # defining a task registers it with the backend's App
         for module in options["module"]:
             importlib.import_module(module)

@@ -150,10 +150,35 @@ def kill_test(
                     process.wait()
 
 
-if __name__ == "__main__":
+def compare(plunder_runs: int, reference_runs: int, limit: float = 60.0) -> None:
+    """The kill test, for plunder and the reference backend on SQLite and PostgreSQL (a
+    cluster of its own): one JSON line per run."""
     import tempfile
 
-    with tempfile.TemporaryDirectory() as tmp:
-        kind = sys.argv[2] if len(sys.argv) > 2 else "plunder"
-        outcome = kill_test(sys.argv[1], Path(tmp), reference=kind == "reference")
-        print(json.dumps({"kind": kind, "url": sys.argv[1].split("@")[-1], **vars(outcome)}))
+    import psycopg
+
+    from tests.support import pgcluster
+
+    cluster = pgcluster.create(pgcluster.TEST_SETTINGS)
+    try:
+        for kind, runs in (("plunder", plunder_runs), ("reference", reference_runs)):
+            for backend in ("sqlite", "postgres"):
+                for run in range(runs):
+                    with tempfile.TemporaryDirectory() as tmp:
+                        url = f"sqlite:///{tmp}/shop.db"
+                        if backend == "postgres":
+                            name = f"kill_{kind}_{run}"
+                            with psycopg.connect(cluster.url(), autocommit=True) as conn:
+                                conn.execute(f'CREATE DATABASE "{name}"')
+                            url = cluster.url(name)
+                        outcome = kill_test(
+                            url, Path(tmp), reference=kind == "reference", limit=limit
+                        )
+                        line = {"kind": kind, "backend": backend, "run": run, **vars(outcome)}
+                        print(json.dumps(line), flush=True)
+    finally:
+        cluster.destroy()
+
+
+if __name__ == "__main__":  # python3 -m tests.integrations.shop PLUNDER_RUNS REFERENCE_RUNS
+    compare(int(sys.argv[1]), int(sys.argv[2]))

@@ -78,7 +78,8 @@ def run_until_idle(
     request = ClaimRequest(served, tuple(app.registry.names()), 1)
     try:
         while True:
-            link.heartbeat(Beat(session.id, (), 1))  # a long task must not lose its session
+            # a long task must not lose the session; the claims whose outcomes go next
+            link.heartbeat(Beat(session.id, tuple(o.claim for o in pending), 1))
             reply = link.exchange(session.id, pending, request)
             ran.stale += [c.job_id for c in (*reply.completed.stale, *reply.failed.stale)]
             pending = []

@@ -202,3 +202,18 @@ def test_enqueue_joins_the_callers_transaction(alias: str, django_setup: Any) ->
     with transaction.atomic(using=alias):
         kept = on(django_setup.add, alias).enqueue(3, 3)
     assert backend_of(alias).get_result(kept.id).status == compat.TaskResultStatus.READY
+
+
+def test_arguments_json_cannot_carry_are_refused(alias: str, django_setup: Any) -> None:
+    with pytest.raises(TypeError):
+        on(django_setup.add, alias).enqueue(object(), 1)
+
+
+def test_a_job_of_no_django_task_is_no_result(alias: str, django_setup: Any) -> None:
+    from plunder.contrib.django import compat
+
+    app = backend_of(alias).app
+    job = app.enqueue("not.a.django.task", [1], allow_unregistered=True)
+    with pytest.raises(compat.ResultDoesNotExist):
+        backend_of(alias).get_result(str(job.id))
+    app.job(job.id).cancel()  # so that run_until_idle's claims never meet it

@@ -118,10 +118,12 @@ class PlunderBackend(compat.BaseTaskBackend):
         }
         if task.run_after is not None:  # due that long after the database's now
             options["delay"] = max(0.0, (task.run_after - timezone.now()).total_seconds())
+        # the framework's own JSON check first (TypeError for what JSON cannot carry)
+        result = results.ready(task, "", list(args), dict(kwargs), self.alias)
         job = self.app.enqueue(
-            task.module_path, list(args), dict(kwargs), conn=self._caller_connection(), **options
+            task.module_path, result.args, result.kwargs, conn=self._caller_connection(), **options
         )
-        result = results.ready(task, str(job.id), list(args), dict(kwargs), self.alias)
+        object.__setattr__(result, "id", str(job.id))  # a frozen dataclass, made before its id
         compat.signals.task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -145,7 +147,10 @@ class PlunderBackend(compat.BaseTaskBackend):
             record = self.app.store.job_get(job_id)
         except errors.JobNotFound:
             raise compat.ResultDoesNotExist(result_id) from None
-        return results.from_record(record, self.app.store.job_runs(job_id), self.alias)
+        try:
+            return results.from_record(record, self.app.store.job_runs(job_id), self.alias)
+        except errors.UnknownTask as exc:  # a job, but not one of a Django task
+            raise compat.ResultDoesNotExist(result_id) from exc
 
     def close(self) -> None:
         """Close the process's App of this backend (tests; a worker's exit)."""

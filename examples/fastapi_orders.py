@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterator
 
 from fastapi import Depends, FastAPI, HTTPException
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 from sqlalchemy import Integer, String, create_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -77,5 +78,5 @@ def place_order(
 
 
 @api.get("/jobs/{job_id}/events")
-async def job_events(job_id: int):  # type: ignore[no-untyped-def]
+async def job_events(job_id: int) -> StreamingResponse:
     return plunder_fastapi.stream_response(jobs.job(job_id), timeout=30)

@@ -30,7 +30,7 @@ from typing import Any
 
 from plunder import errors
 from plunder.model import Claim, JobSpec, Limit, LimitState, rate_parts
-from plunder.store import convert
+from plunder.store import convert, ordering
 from plunder.store.driver import Now, Tx
 from plunder.store.engine import CHANNEL_ENQUEUED, Engine
 
@@ -88,6 +88,7 @@ class Limits:
         """After an enqueue's inserts: the limits its jobs name made where new, and their
         jobs (inserted held) admitted as far as the limits allow."""
         keys = self.declare(tx, specs, clock)
+        ordering.declare(tx, specs)
         if keys:
             self.admit(tx, keys, clock)
 
@@ -99,6 +100,11 @@ class Limits:
         for key in sorted(set(keys)):
             row = tx.one("limit_lock", key=key, now=clock)
             if row is None or row["paused"]:
+                continue
+            ordered = ordering.admit(tx, key, clock)  # an ordered key: its head, if free
+            if ordered is not None:
+                admitted += len(ordered)
+                queues += [str(r["queue"]) for r in ordered]
                 continue
             room = math.inf
             if row["ceiling"] is not None:

@@ -1161,3 +1161,70 @@ SELECT p.queue, p.partitions, p.generation, o.partition
 FROM plunder_partitions AS p
 LEFT JOIN plunder_partition_owners AS o ON o.queue = p.queue AND o.session_id = %(session_id)s
 ORDER BY p.queue, o.partition;
+
+-- name: order_declare
+-- batch. The ordered keys a batch of jobs names (migration 20), with what a failure does
+-- as the latest enqueue says.
+INSERT INTO plunder_ordered (key, on_failure)
+SELECT u.key, u.on_failure
+FROM unnest(%(key)s::text[], %(on_failure)s::text[]) AS u(key, on_failure)
+ORDER BY u.key
+ON CONFLICT (key) DO UPDATE SET on_failure = excluded.on_failure
+WHERE plunder_ordered.on_failure <> excluded.on_failure;
+
+-- name: order_get
+SELECT on_failure, released_through FROM plunder_ordered WHERE key = %(key)s;
+
+-- name: order_admit
+-- An ordered key's head admitted (after limit_lock and limit_busy found it free): its
+-- pending job first enqueued, and only if it is due — a later job never passes it. No
+-- SKIP LOCKED: a head another transaction holds is waited for, never stepped over.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
+head AS (SELECT h.id FROM plunder_jobs AS h
+         WHERE h.limit_key = %(key)s AND h.status = 'pending'
+         ORDER BY h.id LIMIT 1)
+UPDATE plunder_jobs AS j
+SET run_at = j.run_at - interval '200000000000 seconds'
+FROM clock, head
+WHERE j.id = head.id AND j.status = 'pending'
+  AND j.run_at >= '4000-01-01'::timestamptz
+  AND j.run_at <= clock.now + interval '200000000000 seconds'
+RETURNING j.id, j.queue;
+
+-- name: order_failed
+-- The first job of a key that ended failed since the last release: a key that stops on
+-- failure admits nothing while there is one.
+SELECT id FROM plunder_jobs
+WHERE limit_key = %(key)s AND status IN ('failed', 'timed_out', 'expired')
+  AND id > %(released)s
+ORDER BY id LIMIT 1;
+
+-- name: order_release
+-- A stopped key let go past the jobs of it that ended failed so far.
+UPDATE plunder_ordered
+SET released_through = GREATEST(released_through, COALESCE(
+    (SELECT max(id) FROM plunder_jobs
+     WHERE limit_key = %(key)s AND status IN ('failed', 'timed_out', 'expired')), 0))
+WHERE key = %(key)s
+RETURNING released_through;
+
+-- name: order_list
+-- Every ordered key, with the failed job that stops it (NULL: none) and its jobs waiting.
+SELECT o.key, o.on_failure,
+       (SELECT min(f.id) FROM plunder_jobs AS f
+        WHERE f.limit_key = o.key AND f.status IN ('failed', 'timed_out', 'expired')
+          AND f.id > o.released_through) AS failed_job,
+       (SELECT count(*) FROM plunder_jobs AS p
+        WHERE p.limit_key = o.key AND p.status = 'pending') AS pending
+FROM plunder_ordered AS o
+ORDER BY o.key;
+
+-- name: order_queue_set
+INSERT INTO plunder_ordered_queues (queue, on_failure) VALUES (%(queue)s, %(on_failure)s)
+ON CONFLICT (queue) DO UPDATE SET on_failure = excluded.on_failure;
+
+-- name: order_queue_clear
+DELETE FROM plunder_ordered_queues WHERE queue = %(queue)s;
+
+-- name: order_queue_list
+SELECT queue, on_failure FROM plunder_ordered_queues ORDER BY queue;

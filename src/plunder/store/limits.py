@@ -95,16 +95,13 @@ class Limits:
     def admit(self, tx: Tx, keys: Collection[str], clock: Any) -> int:
         """Admit what each key's limit allows of its held jobs (keys in order, so that two
         admissions lock rows in the same order); how many were admitted."""
-        admitted = 0
-        queues: list[str] = []
-        for key in sorted(set(keys)):
+        # ordered keys first (plunder.store.ordering): their heads, if free, in one go
+        ordered, taken = ordering.admit_many(tx, keys, clock, self.engine)
+        admitted = len(taken)
+        queues: list[str] = [str(r["queue"]) for r in taken]
+        for key in sorted(set(keys) - ordered):
             row = tx.one("limit_lock", key=key, now=clock)
             if row is None or row["paused"]:
-                continue
-            ordered = ordering.admit(tx, key, clock)  # an ordered key: its head, if free
-            if ordered is not None:
-                admitted += len(ordered)
-                queues += [str(r["queue"]) for r in ordered]
                 continue
             room = math.inf
             if row["ceiling"] is not None:

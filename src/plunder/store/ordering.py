@@ -4,13 +4,16 @@ on the limits at admission (plunder.store.limits; docs/decisions/0013-ordered-ke
 A job is ordered when its task says ``ordered=True`` (or ``"stop"``) or its queue is
 declared ordered, and it names a ``partition_key``. At enqueue (``order``) it gets the
 limit ``(QUEUE~KEY, 1)``: it is enqueued held, like every limited job, and an admission
-of its key does, under the key's row lock:
+(plunder.store.limits) takes the ordered keys among its keys first, in two statements for
+them all:
 
 ```
- limit_busy = 0?  (a job of the key running — under a live claim or a dead worker's,
-                   until the janitor rescues it — or admitted: nothing to do)
-   ─▶ 'stop' and a job of the key ended failed since its release?  nothing
-   ─▶ order_admit: the key's pending job first enqueued (lowest id), only once due
+ order_lock_many: which keys are ordered; their limit rows locked, in key order (the
+                  admissions of a key take turns), paused or not
+   ─▶ order_admit_many (a statement of its own, so it sees every admission before): for
+      each key not paused with no job running or admitted (a dead worker's counts as
+      running until the janitor rescues it) and, if it stops on failure, no failed job
+      since its release — its pending job first enqueued (lowest id), only once due
 ```
 
 So a later job never passes the head: not by priority, not while the head waits for its
@@ -23,7 +26,7 @@ next job while its current one still runs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from plunder import errors
@@ -94,20 +97,20 @@ def declare(tx: Tx, specs: Sequence[JobSpec]) -> None:
         tx.batch("order_declare", [{"key": k, "on_failure": modes[k]} for k in sorted(modes)])
 
 
-def admit(tx: Tx, key: str, clock: Any) -> list[Any] | None:
-    """Within an admission, after limit_lock: the key's head admitted if the key is
-    ordered and free (the rows taken; empty if a job of it runs or is admitted, it is
-    stopped, or its head is not due); None if the key is not ordered."""
-    row = tx.one("order_get", key=key)
-    if row is None:
-        return None
-    if int(tx.one("limit_busy", key=key)["n"]):  # type: ignore[index]
-        return []
-    if row["on_failure"] == "stop" and (
-        tx.one("order_failed", key=key, released=int(row["released_through"])) is not None
-    ):
-        return []
-    return tx.all("order_admit", key=key, now=clock)
+def admit_many(
+    tx: Tx, keys: Collection[str], clock: Any, engine: Engine
+) -> tuple[set[str], list[Any]]:
+    """Within an admission: of ``keys``, those that are ordered (their limit rows locked,
+    in key order), and the rows of their heads admitted (each key free and not stopped,
+    its head due). The others are the limits' to admit."""
+    found = tx.all("order_lock_many", keys=engine.list_in(sorted(set(keys))), now=clock)
+    if not found:
+        return set(), []
+    ordered = {str(r["key"]) for r in found}
+    free = sorted(str(r["key"]) for r in found if not r["paused"])
+    if not free:
+        return ordered, []
+    return ordered, tx.all("order_admit_many", keys=engine.list_in(free), now=clock)
 
 
 def queue_set(tx: Tx, queue: str, ordered: object) -> None:

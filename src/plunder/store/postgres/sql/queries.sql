@@ -1172,32 +1172,46 @@ ORDER BY u.key
 ON CONFLICT (key) DO UPDATE SET on_failure = excluded.on_failure
 WHERE plunder_ordered.on_failure <> excluded.on_failure;
 
--- name: order_get
-SELECT on_failure, released_through FROM plunder_ordered WHERE key = %(key)s;
+-- name: order_lock_many
+-- The first step of an ordered admission (plunder.store.ordering): those of :keys that are
+-- ordered keys, their limit rows locked in key order until the transaction ends (the
+-- admissions of a key take turns, with limit_lock's too), and whether each is paused.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+SELECT l.key, COALESCE(l.paused_until > clock.now, false) AS paused
+FROM plunder_limits AS l, clock
+WHERE l.key IN (SELECT o.key FROM plunder_ordered AS o WHERE o.key = ANY(%(keys)s::text[]))
+ORDER BY l.key
+FOR UPDATE OF l;
 
--- name: order_admit
--- An ordered key's head admitted (after limit_lock and limit_busy found it free): its
--- pending job first enqueued, and only if it is due — a later job never passes it. No
--- SKIP LOCKED: a head another transaction holds is waited for, never stepped over.
+-- name: order_admit_many
+-- The head of each of :keys (ordered, not paused, locked by order_lock_many) that is free,
+-- admitted: its pending job first enqueued, and only if it is due — a later job never
+-- passes it. Free: no job of the key runs or is admitted, and none ended failed since its
+-- release if it stops on failure. A statement of its own after the locks, so that it sees
+-- every admission that held them before. No SKIP LOCKED: a head another transaction holds
+-- is waited for, never stepped over.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
-head AS (SELECT h.id FROM plunder_jobs AS h
-         WHERE h.limit_key = %(key)s AND h.status = 'pending'
-         ORDER BY h.id LIMIT 1)
+heads AS (
+    SELECT (SELECT h.id FROM plunder_jobs AS h
+            WHERE h.limit_key = o.key AND h.status = 'pending'
+            ORDER BY h.id LIMIT 1) AS id
+    FROM plunder_ordered AS o
+    WHERE o.key = ANY(%(keys)s::text[])
+      AND NOT EXISTS (SELECT FROM plunder_jobs AS b
+                      WHERE b.limit_key = o.key AND b.status IN ('pending', 'running')
+                        AND b.run_at < '4000-01-01'::timestamptz)
+      AND (o.on_failure = 'continue'
+           OR NOT EXISTS (SELECT FROM plunder_jobs AS f
+                          WHERE f.limit_key = o.key
+                            AND f.status IN ('failed', 'timed_out', 'expired')
+                            AND f.id > o.released_through)))
 UPDATE plunder_jobs AS j
 SET run_at = j.run_at - interval '200000000000 seconds'
-FROM clock, head
-WHERE j.id = head.id AND j.status = 'pending'
+FROM clock, heads
+WHERE j.id = heads.id AND j.status = 'pending'
   AND j.run_at >= '4000-01-01'::timestamptz
   AND j.run_at <= clock.now + interval '200000000000 seconds'
 RETURNING j.id, j.queue;
-
--- name: order_failed
--- The first job of a key that ended failed since the last release: a key that stops on
--- failure admits nothing while there is one.
-SELECT id FROM plunder_jobs
-WHERE limit_key = %(key)s AND status IN ('failed', 'timed_out', 'expired')
-  AND id > %(released)s
-ORDER BY id LIMIT 1;
 
 -- name: order_release
 -- A stopped key let go past the jobs of it that ended failed so far.

@@ -808,27 +808,39 @@ INSERT INTO plunder_ordered (key, on_failure) VALUES (:key, :on_failure)
 ON CONFLICT (key) DO UPDATE SET on_failure = excluded.on_failure
 WHERE plunder_ordered.on_failure <> excluded.on_failure;
 
--- name: order_get
-SELECT on_failure, released_through FROM plunder_ordered WHERE key = :key;
+-- name: order_lock_many
+-- The first step of an ordered admission (plunder.store.ordering): those of :keys (a JSON
+-- list) that are ordered keys, and whether each is paused. (SQLite's writers take turns:
+-- the transaction holds the write lock already.)
+SELECT o.key, coalesce(l.paused_until > :now, 0) AS paused
+FROM plunder_ordered AS o
+JOIN plunder_limits AS l ON l.key = o.key
+WHERE o.key IN (SELECT value FROM json_each(:keys))
+ORDER BY o.key;
 
--- name: order_admit
--- An ordered key's head admitted (after limit_lock and limit_busy found it free): its
--- pending job first enqueued, and only if it is due — a later job never passes it.
+-- name: order_admit_many
+-- The head of each of :keys (ordered, not paused, a JSON list) that is free, admitted: its
+-- pending job first enqueued, and only if it is due — a later job never passes it. Free:
+-- no job of the key runs or is admitted (64060588800: the year 4000, from which on a job
+-- is held), and none ended failed since its release if it stops on failure.
 UPDATE plunder_jobs
 SET run_at = run_at - 200000000000
-WHERE id = (SELECT h.id FROM plunder_jobs AS h
-            WHERE h.limit_key = :key AND h.status = 'pending'
+WHERE id IN (
+    SELECT (SELECT h.id FROM plunder_jobs AS h
+            WHERE h.limit_key = o.key AND h.status = 'pending'
             ORDER BY h.id LIMIT 1)
+    FROM plunder_ordered AS o
+    WHERE o.key IN (SELECT value FROM json_each(:keys))
+      AND NOT EXISTS (SELECT 1 FROM plunder_jobs AS b
+                      WHERE b.limit_key = o.key AND b.status IN ('pending', 'running')
+                        AND b.run_at < 64060588800)
+      AND (o.on_failure = 'continue'
+           OR NOT EXISTS (SELECT 1 FROM plunder_jobs AS f
+                          WHERE f.limit_key = o.key
+                            AND f.status IN ('failed', 'timed_out', 'expired')
+                            AND f.id > o.released_through)))
   AND status = 'pending' AND run_at >= 64060588800 AND run_at <= :now + 200000000000
 RETURNING id, queue;
-
--- name: order_failed
--- The first job of a key that ended failed since the last release: a key that stops on
--- failure admits nothing while there is one.
-SELECT id FROM plunder_jobs
-WHERE limit_key = :key AND status IN ('failed', 'timed_out', 'expired')
-  AND id > :released
-ORDER BY id LIMIT 1;
 
 -- name: order_release
 -- A stopped key let go past the jobs of it that ended failed so far.

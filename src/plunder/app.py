@@ -185,10 +185,11 @@ class App:
 
         return register(fn) if fn is not None else register
 
-    def partition(self, queue: str, partitions: int) -> None:
+    def partition(self, queue: str, partitions: int, *, ordered: bool | str | None = None) -> None:
         """Declare ``queue`` partitioned in ``partitions``, in the database, so that every
-        producer and worker agrees (docs/guide/partitions.md)."""
-        self.store.partition_declare(queue, partitions)
+        producer and worker agrees; ``ordered``: its jobs by partition key (see
+        docs/guide/partitions.md)."""
+        self.store.partition_declare(queue, partitions, ordered=ordered)
 
     def declare_partitions(self) -> None:
         """Declare the partitions that tasks' ``partitions=`` name, once."""

@@ -42,6 +42,9 @@ Scenarios:
  14 fairness between tenants: 2 workers; tenant a enqueues 100,000 no-ops, tenant b 100
     a second later: b's p99 wait (started_at - created_at) on a plain queue and on a fair
     one, in the same run. Run only when named, ``--scenarios 14``
+ 16 ordered keys: 4 workers (-c 50 each) on a queue of 8 partitions, keyed no-ops (100
+    keys) drained unordered and ordered, alternating: both rates, their ratio, and runs of
+    a key that overlapped or started out of order (must be 0). Only when named
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ MEASUREMENTS: dict[str, tuple[str, dict[str, Any]]] = {
     **{f"fleet_{n}": ("fleet", {"workers": n}) for n in (1, 2, 4, 8, 16)},
     "rebalance": ("rebalance", {"workers": 8}),
     "fairness": ("fairness", {"workers": 2}),
+    "ordered": ("ordered", {}),
 }
 PG_SCENARIOS = {
     "1": ["enqueue"],
@@ -118,8 +122,11 @@ FLEET_SCENARIO = {"9": [f"fleet_{n}" for n in (1, 2, 4, 8, 16)]}
 LIMITS_SCENARIO = {"11": ["limits"]}
 PARTITIONS_SCENARIO = {"12": ["rebalance"]}  # 8 workers: only when --scenarios names it
 FAIRNESS_SCENARIO = {"14": ["fairness"]}
+ORDERED_SCENARIO = {"16": ["ordered"]}
 # too long for every run: only when --scenarios names them
-NAMED_ONLY = frozenset(FLEET_SCENARIO | LIMITS_SCENARIO | PARTITIONS_SCENARIO | FAIRNESS_SCENARIO)
+NAMED_ONLY = frozenset(
+    FLEET_SCENARIO | LIMITS_SCENARIO | PARTITIONS_SCENARIO | FAIRNESS_SCENARIO | ORDERED_SCENARIO
+)
 SERIAL = "-c 100 --depth 1"
 SYSTEMS = {
     s.name: s
@@ -133,7 +140,8 @@ SYSTEMS = {
             | FLEET_SCENARIO
             | LIMITS_SCENARIO
             | PARTITIONS_SCENARIO
-            | FAIRNESS_SCENARIO,
+            | FAIRNESS_SCENARIO
+            | ORDERED_SCENARIO,
             "production defaults (fencing, run history, wake-ups, session expiry 5 s, "
             "janitor 1 s); worker `-c 300` (turns sent ahead, each claiming up to 100, a "
             "third of the slots); scenario 8 with `-c 8`, tasks on threads; scenario 9 "
@@ -206,7 +214,11 @@ SYSTEMS = {
             "plunder_sqlite",
             "sqlite",
             False,
-            SQLITE_SCENARIOS | LIMITS_SCENARIO | PARTITIONS_SCENARIO | FAIRNESS_SCENARIO,
+            SQLITE_SCENARIOS
+            | LIMITS_SCENARIO
+            | PARTITIONS_SCENARIO
+            | FAIRNESS_SCENARIO
+            | ORDERED_SCENARIO,
             "production defaults, synchronous=FULL; worker `-c 100`; scenario 11 with "
             "`-c 50` per worker process",
         ),

@@ -379,9 +379,17 @@ def fairness(p: Params) -> dict[str, Any]:
     return plunder_fairness.fairness(p)
 
 
+def ordered(p: Params) -> dict[str, Any]:
+    """Scenario 16 (bench.systems.plunder_ordered): ordered keys against unordered."""
+    from bench.systems import plunder_ordered
+
+    return plunder_ordered.ordered(p)
+
+
 SCENARIOS = {
     "fairness": fairness,
     "limits": limits,
+    "ordered": ordered,
     "pool": pool,
     "enqueue": enqueue,
     "drain": drain,

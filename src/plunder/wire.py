@@ -408,8 +408,8 @@ def spec_out(spec: JobSpec) -> dict[str, Any]:
     """Every field, but a partition key and a group only where there is one (a gateway
     older than the field refuses it)."""
     data = {name: getattr(spec, name) for name in JobSpec.__slots__}
-    for name in ("partition_key", "group"):
-        if data[name] is None:
+    for name in ("partition_key", "ordered", "group"):
+        if data[name] in (None, False):
             del data[name]
     limit = spec.limit
     data["limit"] = None if limit is None else {"key": limit.key, "ceiling": limit.ceiling,
@@ -435,9 +435,9 @@ _SPEC_KINDS: dict[str, tuple[type, ...]] = {
     "delay": (float,), "max_attempts": (int,), "timeout": (float,), "backoff_base": (float,),
     "backoff_cap": (float,), "retry_on_timeout": (bool,), "key": (str,),
     "retry_on_lost": (bool,), "expires_in": (float,), "partition_key": (str,),
-    "group": (str,),
+    "ordered": (bool, str), "group": (str,),
 }  # fmt: skip
-_SPEC_OPTIONAL = {"timeout", "key", "expires_in", "partition_key", "group"}
+_SPEC_OPTIONAL = {"timeout", "key", "expires_in", "partition_key", "ordered", "group"}
 
 
 def spec_in(data: Any) -> JobSpec:

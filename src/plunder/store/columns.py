@@ -106,7 +106,7 @@ OPTIONS: tuple[JobOption, ...] = (
     JobOption("group", _group, "group_name"),
 )
 OWN = ("args", "kwargs", "key")  # a JobSpec's values of its own, checked one by one
-ROUTING = ("partition_key",)  # a JobSpec's values that choose its queue, not stored
+ROUTING = ("partition_key", "ordered")  # a JobSpec's values that choose its queue, not stored
 UNSHOWN = ("group_name",)  # columns an option sets that no record shows (read by claims)
 RELATIVE = tuple(o for o in OPTIONS if o.relative)
 option_values = operator.attrgetter(*(o.name for o in OPTIONS))  # a spec's, in that order

@@ -119,17 +119,22 @@ def test_an_owner_killed_mid_partition_is_stolen_from_then_replaced(
     store: Store, workers: Workers
 ) -> None:
     """The chaos case: SIGKILL an owner with jobs of its partitions pending. The survivor
-    steals them before the rebalance (its session is not expired yet), then owns every
-    partition within session expiry + janitor interval + 1 s of the kill; no job is
-    claimed twice."""
+    steals them before the rebalance (they start before the victim's session expires, by
+    the database clock), then owns every partition within session expiry + janitor
+    interval + 1 s of the kill; no job is claimed twice. The sessions live 4 s here, not
+    the suite's 1 s: a steal on a loaded machine may take longer than what is left of a
+    1 s session after the kill, and then only the rebalance is seen."""
+    expiry = 4.0
     store.partition_declare("parts", PARTITIONS)
-    sessions = start(store, workers, 2, "-c", "4")
+    sessions = start(store, workers, 2, "-c", "4", "--session-expiry", str(expiry))
     owners = divided(store, sessions)
     victim, survivor = sessions
     victim_proc = next(p for p in workers.procs if session_of(store, p.pid) == victim)
     victim_proc.send_signal(signal.SIGKILL)
     victim_proc.wait(timeout=10)
     killed = time.monotonic()
+    gone = store.session_get(victim)
+    assert gone is not None
     keys = [k for p in owners[victim] for k in keys_of(p, 5)]
     jobs = store.job_enqueue_many(
         [JobSpec("add", [1, 2], queue="parts", partition_key=k) for k in keys]
@@ -138,16 +143,14 @@ def test_an_owner_killed_mid_partition_is_stolen_from_then_replaced(
         lambda: all(store.job_get(j.id).status == Status.SUCCEEDED for j in jobs),
         what="the killed owner's jobs",
     )
-    stolen = time.monotonic()
-    assert owned(store, survivor) != tuple(range(PARTITIONS)), "stolen only after a rebalance"
     wait_for(lambda: owned(store, survivor) == tuple(range(PARTITIONS)), what="the rebalance")
     took = time.monotonic() - killed
-    assert stolen < killed + took
-    assert took <= EXPIRY + JANITOR + 1.0, f"owned every partition {took:.2f}s after the kill"
+    assert took <= expiry + JANITOR + 1.0, f"owned every partition {took:.2f}s after the kill"
     for job in jobs:
         done = store.job_get(job.id)
         runs = store.job_runs(job.id)
         assert [r.session_id for r in runs] == [survivor] and done.attempt == 1  # once
+        assert runs[0].started_at < gone.expires_at, "stolen only after the rebalance"
 
 
 def test_a_task_declares_its_partitions_before_its_first_enqueue(store_url: str) -> None:

@@ -12,7 +12,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, overload
 
-from plunder import config, errors, payload
+from plunder import config, errors, payload, schedules
+from plunder.cron import Schedule, ScheduleSpec
 from plunder.hub import Hub
 from plunder.model import JobRecord, JobSpec, LimitState, Run, StreamEvent
 from plunder.states import Status, is_terminal
@@ -61,6 +62,7 @@ class App:
         self._hub: Hub | None = None
         self._lock = threading.Lock()
         self.partitioned: dict[str, int] = {}  # @app.task(partitions=N): not declared yet
+        self.schedules = schedules.Declared()  # upserted at worker start (declare_schedules)
 
     def __repr__(self) -> str:
         return f"App({self.url!r}, tasks={self.registry.names()})"
@@ -194,6 +196,28 @@ class App:
         """Declare the partitions that tasks' ``partitions=`` name, once."""
         while self.partitioned:
             self.partition(*self.partitioned.popitem())
+
+    # -- schedules (docs/guide/periodic.md) ---------------------------------------------------
+    def periodic(self, cron: str, **options: Any) -> Callable[[Callable[..., Any]], Task]:
+        """``@app.periodic("*/5 * * * *", queue=..., args=[...], timezone="UTC",
+        catch_up="latest")``: a task (other options as :meth:`task`'s) enqueued at every tick."""
+        keep = ("name", "timezone", "args", "kwargs", "catch_up")
+        of_schedule = {k: options.pop(k) for k in keep if k in options}
+
+        def register(fn: Callable[..., Any]) -> Task:
+            task = self.task(**options)(fn)
+            self.schedule(task, cron=cron, queue=task.options_.queue, **of_schedule)
+            return task
+
+        return register
+
+    def schedule(self, task: Task | str, *, cron: str, **options: Any) -> ScheduleSpec:
+        """Enqueue ``task`` at every tick of ``cron`` (options: name, timezone, queue, args,
+        kwargs, catch_up), upserted into the database at worker start."""
+        return self.schedules.add(schedules.spec_of(task, cron_=cron, **options))
+
+    def declare_schedules(self) -> list[Schedule]:
+        return self.schedules.declare(self.store)
 
     # -- producing ------------------------------------------------------------------------
     def enqueue_specs(self, specs: Sequence[JobSpec], *, conn: Any = None) -> list[Job]:

@@ -7,7 +7,8 @@
                their start-by deadline ─▶ assign the partitions of partitioned queues to
                the live sessions ─▶ prune old finished jobs (hourly, or at every pass
                while a backlog is left) ─▶ new statistics of the jobs table once it
-               has grown tenfold (PostgreSQL)
+               has grown tenfold (PostgreSQL) ─▶ enqueue the due ticks of schedules
+               (plunder.schedules)
                each write in a transaction that first checks (lease, holder, term) in the
                database (pruning finds its jobs with a read before that transaction)
 ```
@@ -33,7 +34,9 @@ from datetime import datetime
 
 from plunder import errors
 from plunder.config import Settings, WorkerDeadlines
+from plunder.cron import Tick
 from plunder.model import Lease, SweepResult
+from plunder.schedules import Ticker
 from plunder.store.base import Store
 
 log = logging.getLogger("plunder.janitor")
@@ -132,6 +135,7 @@ class Pass:
     analyzed: bool = False  # the jobs table's statistics taken anew (Store.job_stats_refresh)
     admitted: int = 0  # limited jobs admitted: due, or with room in their limits again
     assigned: tuple[str, ...] = ()  # the partitioned queues whose assignment changed
+    ticks: tuple[Tick, ...] = ()  # the schedules' ticks enqueued
 
 
 class Janitor:
@@ -156,6 +160,7 @@ class Janitor:
         self.expirer = Expirer()
         self.pruner = Pruner(retention=settings.retention)
         self.partitioner = Partitioner()
+        self.ticker = Ticker()
 
     def _hold(self, now: datetime | None) -> Lease | None:
         ttl = self.settings.lease_ttl
@@ -196,6 +201,7 @@ class Janitor:
             pruned = self.pruner.run_once(self.store, lease, now)
             analyzed = self.store.job_stats_refresh()
             admitted = self.store.limit_admit_due(now=now)  # see plunder.store.limits
+            ticks = self.ticker.run_once(self.store, lease, now)
         except errors.StaleLease:
             log.warning("janitor lease term %d went stale mid-pass; writes refused", lease.term)
             self._drop()
@@ -225,6 +231,7 @@ class Janitor:
             analyzed=analyzed,
             admitted=admitted,
             assigned=tuple(assigned),
+            ticks=tuple(ticks),
         )
 
     def run(self, stop: threading.Event) -> None:

@@ -118,10 +118,12 @@ class Partitions:
             for r in queues
         ]
 
-    def route(self, specs: Sequence[JobSpec]) -> Sequence[JobSpec]:
+    def route(
+        self, specs: Sequence[JobSpec], counts: Mapping[str, int] | None = None
+    ) -> Sequence[JobSpec]:
         """Specs of partitioned queues each in its partition's queue; the others as they
-        are. A user's queue may not name a partition itself."""
-        counts: Mapping[str, int] | None = None
+        are. A user's queue may not name a partition itself. ``counts``: the partitions
+        as read before (inside a transaction, where reading them would begin another)."""
         routed: list[JobSpec] | None = None
         for i, spec in enumerate(specs):
             if spec.partition_key is None:

@@ -21,8 +21,9 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
-from plunder import access, policy
+from plunder import access, cron, policy
 from plunder.access import ApiKey
+from plunder.cron import Schedule, ScheduleSpec, Tick
 from plunder.model import (
     AckResult,
     Claim,
@@ -55,6 +56,7 @@ from plunder.store.limits import Limits
 from plunder.store.maintenance import Maintenance
 from plunder.store.partitions import Partitions
 from plunder.store.reads import Reads
+from plunder.store.schedules import MakeJob, Schedules
 from plunder.store.sessions import Sessions
 
 __all__ = ["SQLStore", "Turns"]
@@ -110,6 +112,7 @@ class SQLStore:
         self.sessions = Sessions(self.engine, self.acks, self.maintenance, self.partitions)
         self.keys = Keys(self.engine)
         self.limits = Limits(self.engine)
+        self.schedules = Schedules(self.engine, self.maintenance, self.enqueue, self.partitions)
         self.borrowed = False  # a limited view's driver is its owner's to close
 
     @property
@@ -435,3 +438,30 @@ class SQLStore:
 
     def limit_list(self, *, now: Now = None) -> list[LimitState]:
         return self.limits.limit_list(now=now)
+
+    # -- schedules (plunder.store.schedules) ------------------------------------------------
+    def schedule_upsert(self, spec: ScheduleSpec, *, now: Now = None) -> Schedule:
+        return self.schedules.schedule_upsert(spec, now=now)
+
+    def schedule_get(self, name: str) -> Schedule:
+        return self.schedules.schedule_get(name)
+
+    def schedule_list(self) -> list[Schedule]:
+        return self.schedules.schedule_list()
+
+    def schedule_pause(self, name: str, paused: bool, *, now: Now = None) -> Schedule:
+        return self.schedules.schedule_pause(name, paused, now=now)
+
+    def schedule_remove(self, name: str) -> bool:
+        return self.schedules.schedule_remove(name)
+
+    def schedule_tick_many(
+        self,
+        lease: Lease,
+        make: MakeJob,
+        *,
+        grace: float = cron.GRACE,
+        limit: int = cron.TICKS_PER_PASS,
+        now: Now = None,
+    ) -> list[Tick]:
+        return self.schedules.schedule_tick_many(lease, make, grace=grace, limit=limit, now=now)

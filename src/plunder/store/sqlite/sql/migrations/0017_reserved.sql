@@ -1,0 +1,2 @@
+-- plunder schema version 17: reserved for a change made beside schedules (version 18);
+-- this placeholder changes nothing and gives way to that change's own migration.

@@ -206,7 +206,7 @@ class App:
 
         def register(fn: Callable[..., Any]) -> Task:
             task = self.task(**options)(fn)
-            self.schedule(task, cron=cron, queue=task.options_.queue, **of_schedule)
+            self.schedule(task, cron=cron, **of_schedule)
             return task
 
         return register

@@ -73,8 +73,11 @@ def spec_of(
     catch_up: str = cron.DEFAULT_CATCH_UP,
 ) -> ScheduleSpec:
     """The ScheduleSpec of ``app.schedule(task, cron=...)``; named after the task unless
-    ``name`` is given."""
+    ``name`` is given; in the queue of a registered task unless ``queue`` is given (a task
+    named only takes its queue as its workers published it, at each tick)."""
     task_name = task if isinstance(task, str) else task.name
+    if queue is None and not isinstance(task, str):
+        queue = task.options_.queue
     return ScheduleSpec(
         name=name or task_name,
         task=task_name,

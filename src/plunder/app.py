@@ -201,8 +201,9 @@ class App:
     def periodic(self, cron: str, **options: Any) -> Callable[[Callable[..., Any]], Task]:
         """``@app.periodic("*/5 * * * *", queue=..., args=[...], timezone="UTC",
         catch_up="latest")``: a task (other options as :meth:`task`'s) enqueued at every tick."""
-        keep = ("name", "timezone", "args", "kwargs", "catch_up")
+        keep = ("timezone", "args", "kwargs", "catch_up")  # name= names task and schedule
         of_schedule = {k: options.pop(k) for k in keep if k in options}
+        schedules.spec_of("_", cron_=cron, **of_schedule)  # a mistake, before any task is made
 
         def register(fn: Callable[..., Any]) -> Task:
             task = self.task(**options)(fn)

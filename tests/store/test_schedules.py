@@ -232,3 +232,43 @@ def test_the_ticker_does_not_write_when_nothing_is_due(store: Store) -> None:
     lease = lease_of(store, "a", T0, ttl=3600)
     assert Ticker().run_once(store, lease, now=later(T0, 60)) == []
     assert open_session(store, now=T0) is not None
+
+
+def test_an_apps_schedules_are_declared_and_keep_a_pause(store_url: str, store: Store) -> None:
+    import plunder
+
+    app = plunder.App(store_url)
+    try:
+
+        @app.periodic("*/5 * * * *", queue="clock", args=[1], timezone="Europe/Paris", name="tick")
+        def tick(n: int) -> int:
+            return n
+
+        @app.task(queue="reports", name="report")
+        def report(kind: str) -> str:
+            return kind
+
+        spec = app.schedule(report, cron="0 7 * * *", args=["daily"], name="morning")
+        assert (spec.queue, spec.catch_up, spec.task) == ("reports", "latest", report.name)
+        assert app.schedule(report, cron="0 7 * * *", args=["daily"], name="morning") == spec
+        with pytest.raises(errors.InvalidSchedule, match="two different schedules"):
+            app.schedule(report, cron="0 8 * * *", name="morning")
+        with pytest.raises(errors.InvalidSchedule, match="Bad minute"):
+            app.schedule(report, cron="99 * * * *", name="bad")
+        with pytest.raises(errors.InvalidSchedule, match="catch_up must be one of"):
+            app.periodic("* * * * *", catch_up="sometimes", name="x1")(lambda: None)
+        assert "x1" not in app.registry
+        with pytest.raises(TypeError, match="unknown task option"):
+            app.periodic("* * * * *", colour="red", name="x2")(lambda: None)
+
+        declared = {s.name: s for s in app.declare_schedules()}
+        assert set(declared) == {"tick", "morning"} and tick.name == "tick"
+        assert (declared[tick.name].queue, declared[tick.name].args) == ("clock", [1])
+        assert declared[tick.name].timezone == "Europe/Paris"
+        store.schedule_pause("morning", True)
+        assert {s.name: s.paused for s in app.declare_schedules()} == {
+            tick.name: False,
+            "morning": True,
+        }
+    finally:
+        app.close()

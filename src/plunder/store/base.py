@@ -42,9 +42,7 @@ from plunder.model import (
     TaskInfo,
     Unrunnable,
 )
-from plunder.store.limiting import LimitOps
-from plunder.store.partitioning import Partitioned
-from plunder.store.scheduling import Scheduled
+from plunder.store import limiting, partitioning, scheduling
 
 Now = datetime | None
 
@@ -191,7 +189,7 @@ class TurnPipe(Protocol):
         ...
 
 
-class Store(LimitOps, Partitioned, Scheduled, Protocol):
+class Store(limiting.LimitOps, partitioning.Partitioned, scheduling.Scheduled, Protocol):
     dialect: str
     """``"sqlite"`` or ``"postgres"``."""
     url: str

@@ -98,7 +98,10 @@ def test_one_job_per_tick_through_kill_pause_and_a_clock_ahead(system: System) -
         lambda: (store.schedule_get(NAME).last_at or start) >= end,
         what="the schedule's ticks up to the window's end",
     )
-    keys = [j.key for j in system.jobs() if j.key and j.key.startswith("plunder.schedule:")]
+    jobs = [j for j in system.jobs() if j.key and j.key.startswith("plunder.schedule:")]
+    keys = [j.key for j in jobs if j.key]
+    # a tick is enqueued once it is due by the database clock, never by a worker's clock
+    early = [j.id for j in jobs if j.key and j.created_at < tick_of(j.key)]
     per_tick = collections.Counter(tick_of(k) for k in keys)
     expected = [start + timedelta(seconds=s) for s in range(WINDOW + 1)]
     seen = [t for t in per_tick if start <= t <= end]
@@ -106,10 +109,12 @@ def test_one_job_per_tick_through_kill_pause_and_a_clock_ahead(system: System) -
     duplicates = sum(n - 1 for n in per_tick.values())
     print(
         f"schedules chaos {system.backend}: ticks expected {len(expected)}, jobs seen "
-        f"{sum(per_tick[t] for t in seen)}, gaps {len(gaps)}, duplicates {duplicates}; "
+        f"{sum(per_tick[t] for t in seen)}, gaps {len(gaps)}, duplicates {duplicates}, "
+        f"early {len(early)}; "
         f"holders {' -> '.join(holders)}"
     )
     assert "clock ahead by 30s" in ahead.output()
     assert "ahead" in holders, f"the worker 30 s ahead never held the lease: {holders}"
     assert gaps == [] and duplicates == 0, (gaps, per_tick)
+    assert early == [], f"jobs enqueued before their tick: {early}"
     assert sorted(per_tick)[0] == start  # nothing before the schedule's first tick

@@ -272,3 +272,16 @@ def test_an_apps_schedules_are_declared_and_keep_a_pause(store_url: str, store: 
         }
     finally:
         app.close()
+
+
+def test_a_schedule_gone_bad_in_the_database_does_not_stop_the_others(store: Store) -> None:
+    """A row whose cron or zone no longer reads (edited by hand, a zone gone from the
+    system's tzdata) is skipped with an error in the log; the others tick."""
+    store.schedule_upsert(every_second("bad"), now=T0)
+    store.schedule_upsert(every_second("good"), now=T0)
+    with store.transaction() as conn:
+        conn.execute("UPDATE plunder_schedules SET timezone = 'Nowhere/City' WHERE name = 'bad'")
+    lease = lease_of(store, "a", T0, ttl=600)
+    ticks = store.schedule_tick_many(lease, make, now=later(T0, 1.5))
+    assert [(t.schedule, t.at) for t in ticks] == [("good", later(T0, 1))]
+    assert store.schedule_get("bad").next_at == later(T0, 1)

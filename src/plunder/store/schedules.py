@@ -16,6 +16,7 @@ repeat), and a stale holder's pass is refused by the fence before it writes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
@@ -30,6 +31,7 @@ from plunder.store.enqueue import Enqueue
 from plunder.store.maintenance import Maintenance
 from plunder.store.partitions import Partitions
 
+log = logging.getLogger("plunder.schedules")
 MakeJob = Callable[[Schedule, datetime], JobSpec]
 SCHEDULES_PER_PASS = 100
 
@@ -44,6 +46,7 @@ class Schedules:
         self.maintenance = maintenance
         self.enqueue = enqueue
         self.partitions = partitions
+        self.skipped: set[str] = set()  # schedules whose definition no longer reads
 
     def _clock(self, tx: Tx, now: Now) -> tuple[Any, datetime]:
         """This transaction's ``now`` parameter, and that time as a datetime (UTC)."""
@@ -170,7 +173,13 @@ class Schedules:
             self.maintenance.fence(tx, lease, clock)
             done: list[Tick] = []
             for row in tx.all("schedule_due", now=clock, limit=SCHEDULES_PER_PASS):
-                planned = self._plan(row, make, current, grace, limit)
+                try:
+                    planned = self._plan(row, make, current, grace, limit)
+                except errors.InvalidSchedule as exc:  # a zone gone from the system's tzdata
+                    if row["name"] not in self.skipped:  # said once, not at every pass
+                        log.error("schedule %r is skipped until fixed: %s", row["name"], exc)
+                    self.skipped.add(row["name"])
+                    continue
                 done.extend(self._enqueue(tx, row, planned, counts, clock=clock, now=now))
             return done
 

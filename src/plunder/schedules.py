@@ -124,6 +124,7 @@ class Ticker:
         cached = self._options.get(task)
         if cached is None or time.monotonic() - cached[0] > OPTIONS_FRESH:
             info = store.task_get(task)
-            options = Options() if info is None else published_options(info)
-            cached = self._options[task] = (time.monotonic(), options)
+            if info is None:  # no worker published it yet: the defaults, read again next time
+                return Options().maker(task)
+            cached = self._options[task] = (time.monotonic(), published_options(info))
         return cached[1].maker(task)

@@ -35,6 +35,7 @@ for command in (
     database.status,
     workers.worker_queues,
     partitions.partitions,
+    partitions.ordered,
     jobs.jobs,
     jobs.job,
     jobs.cancel,

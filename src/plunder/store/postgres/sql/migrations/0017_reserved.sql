@@ -1,2 +1,1 @@
--- plunder schema version 17: reserved for a change made beside schedules (version 18);
--- this placeholder changes nothing and gives way to that change's own migration.
+-- plunder schema version 17: reserved for a change made beside version 20; nothing here.

@@ -12,7 +12,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, overload
 
-from plunder import adapters, config, errors, payload
+from plunder import adapters, config, errors, payload, schedules
+from plunder.cron import Schedule, ScheduleSpec
 from plunder.hub import Hub
 from plunder.model import JobRecord, JobSpec, LimitState, Run, StreamEvent
 from plunder.states import Status, is_terminal
@@ -62,6 +63,7 @@ class App:
         self._lock = threading.Lock()
         self.partitioned: dict[str, int] = {}  # @app.task(partitions=N): not declared yet
         self.fair_queued: dict[str, None] = {}  # @app.task(fair=True): not declared yet
+        self.schedules = schedules.Declared()  # upserted at worker start (declare_schedules)
 
     def __repr__(self) -> str:
         return f"App({self.url!r}, tasks={self.registry.names()})"
@@ -210,6 +212,29 @@ class App:
             # through a gateway a worker with the database declares it; declared weights stay
             if hasattr(self.store, "fair_queues") and queue not in self.store.fair_queues(fresh=0):
                 self.fair(queue)
+
+    # -- schedules (docs/guide/periodic.md) ---------------------------------------------------
+    def periodic(self, cron: str, **options: Any) -> Callable[[Callable[..., Any]], Task]:
+        """``@app.periodic("*/5 * * * *", queue=..., args=[...], timezone="UTC",
+        catch_up="latest")``: a task (other options as :meth:`task`'s) enqueued at every tick."""
+        keep = ("timezone", "args", "kwargs", "catch_up")  # name= names task and schedule
+        of_schedule = {k: options.pop(k) for k in keep if k in options}
+        schedules.spec_of("_", cron_=cron, **of_schedule)  # a mistake, before any task is made
+
+        def register(fn: Callable[..., Any]) -> Task:
+            task = self.task(**options)(fn)
+            self.schedule(task, cron=cron, **of_schedule)
+            return task
+
+        return register
+
+    def schedule(self, task: Task | str, *, cron: str, **options: Any) -> ScheduleSpec:
+        """Enqueue ``task`` at every tick of ``cron`` (options: name, timezone, queue, args,
+        kwargs, catch_up), upserted into the database at worker start."""
+        return self.schedules.add(schedules.spec_of(task, cron_=cron, **options))
+
+    def declare_schedules(self) -> list[Schedule]:
+        return self.schedules.declare(self.store)
 
     # -- producing ------------------------------------------------------------------------
     def enqueue_specs(self, specs: Sequence[JobSpec], *, conn: Any = None) -> list[Job]:

@@ -132,3 +132,11 @@ class JobFailed(PlunderError):
     @property
     def traceback(self) -> str | None:
         return self.error.get("traceback")
+
+
+class InvalidSchedule(PlunderError, ValueError):
+    """The schedule is not valid."""
+
+
+class ScheduleNotFound(PlunderError, LookupError):
+    """There is no schedule of that name."""

@@ -7,7 +7,8 @@
                their start-by deadline ─▶ assign the partitions of partitioned queues to
                the live sessions ─▶ prune old finished jobs (hourly, or at every pass
                while a backlog is left) ─▶ new statistics of the jobs table once it
-               has grown tenfold (PostgreSQL)
+               has grown tenfold (PostgreSQL) ─▶ enqueue the due ticks of schedules
+               (plunder.schedules)
                each write in a transaction that first checks (lease, holder, term) in the
                database (pruning finds its jobs with a read before that transaction)
 ```
@@ -33,7 +34,9 @@ from datetime import datetime
 
 from plunder import errors
 from plunder.config import Settings, WorkerDeadlines
+from plunder.cron import Tick
 from plunder.model import Lease, SweepResult
+from plunder.schedules import Ticker
 from plunder.store.base import Store
 
 log = logging.getLogger("plunder.janitor")
@@ -133,6 +136,7 @@ class Pass:
     admitted: int = 0  # limited jobs admitted: due, or with room in their limits again
     assigned: tuple[str, ...] = ()  # the partitioned queues whose assignment changed
     fair: tuple[int, int] = (0, 0)  # fair queues' groups pruned, and made
+    ticks: tuple[Tick, ...] = ()  # the schedules' ticks enqueued
 
 
 class Janitor:
@@ -157,6 +161,7 @@ class Janitor:
         self.expirer = Expirer()
         self.pruner = Pruner(retention=settings.retention)
         self.partitioner = Partitioner()
+        self.ticker = Ticker()
 
     def _hold(self, now: datetime | None) -> Lease | None:
         ttl = self.settings.lease_ttl
@@ -198,6 +203,7 @@ class Janitor:
             analyzed = self.store.job_stats_refresh()
             admitted = self.store.limit_admit_due(now=now)  # see plunder.store.limits
             fair = self.store.fair_prune_many(now=now)  # see plunder.store.fairness
+            ticks = self.ticker.run_once(self.store, lease, now)
         except errors.StaleLease:
             log.warning("janitor lease term %d went stale mid-pass; writes refused", lease.term)
             self._drop()
@@ -228,6 +234,7 @@ class Janitor:
             admitted=admitted,
             assigned=tuple(assigned),
             fair=fair,
+            ticks=tuple(ticks),
         )
 
     def run(self, stop: threading.Event) -> None:

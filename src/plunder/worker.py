@@ -216,6 +216,7 @@ class Worker:
             try:
                 if self.store is not None:  # claimed from at once, before a heartbeat
                     self.app.declare_partitions()
+                    self.app.declare_schedules()
                     self._ownership.declared(self.store.partition_counts())
                 session = self.link.open(self._hello())
             except errors.StoreError as exc:

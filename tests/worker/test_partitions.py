@@ -17,7 +17,7 @@ from plunder.model import JobSpec
 from plunder.states import Status
 from plunder.store import Store
 from plunder.store.partitions import partition_of
-from tests.worker.conftest import EXPIRY, JANITOR, ROOT, Workers, session_of, wait_for
+from tests.worker.conftest import JANITOR, ROOT, Workers, session_of, wait_for
 
 PARTITIONS = 4
 

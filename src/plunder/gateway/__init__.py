@@ -6,6 +6,7 @@ database with a small pool and one listening connection, however many they are.
  remote workers ─┐   /v1/sessions/…  (the worker protocol; the exchange long-polls)
  producers ──────┼─▶ /v1/jobs/…      (enqueue, list, read, result long-poll, SSE stream)
  admins ─────────┤   /v1/keys/…      (make, list, revoke keys)                      ─▶ database
+                 │   /v1/schedules/… (list, pause, resume schedules)
  load balancer ──┘   /v1/health, /openapi.json
 ```
 
@@ -31,7 +32,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from plunder.app import App
-from plunder.gateway import admin, openapi, producers, workers
+from plunder.gateway import admin, openapi, producers, schedules, workers
 from plunder.gateway.server import MAX_BODY, Gateway, refusal, routes
 from plunder.janitor import Janitor, own_store
 
@@ -44,7 +45,8 @@ def create_app(url: str, *, pool_size: int = POOL_SIZE, max_body: int = MAX_BODY
     app = App(url, pool_size=pool_size, application_name="plunder:gateway")
     gateway = Gateway(app, max_body=max_body)
     table = [(p, m, n) for p, m, n in workers.ROUTES] + [
-        (p, m, endpoint.__name__) for p, m, endpoint in [*producers.ROUTES, *admin.ROUTES]
+        (p, m, endpoint.__name__)
+        for p, m, endpoint in [*producers.ROUTES, *admin.ROUTES, *schedules.ROUTES]
     ]
     document = openapi.schema(table)
 
@@ -55,6 +57,7 @@ def create_app(url: str, *, pool_size: int = POOL_SIZE, max_body: int = MAX_BODY
         *workers.routes(gateway),
         *routes(gateway, producers.ROUTES),
         *routes(gateway, admin.ROUTES),
+        *routes(gateway, schedules.ROUTES),
         Route("/openapi.json", openapi_json, methods=["GET"]),
     ]
     starlette = Starlette(

@@ -122,6 +122,9 @@ SUMMARIES = {
     "keys_list": "The API keys, never a secret (an admin key)",
     "keys_create": "Make an API key; its secret is answered this once (an admin key)",
     "keys_revoke": "Revoke an API key and end the sessions it opened (an admin key)",
+    "schedules_list": "The schedules of periodic jobs (an admin key)",
+    "schedules_pause": "Pause a schedule: it enqueues nothing until resumed (an admin key)",
+    "schedules_resume": "Resume a schedule from its first tick after now (an admin key)",
 }
 _LIST: list[dict[str, Any]] = [
     {"name": name, "in": "query", "required": False, "schema": schema}

@@ -42,7 +42,7 @@ from plunder.model import (
     TaskInfo,
     Unrunnable,
 )
-from plunder.store import fairqueues, limiting, partitioning
+from plunder.store.features import Features
 
 Now = datetime | None
 
@@ -189,7 +189,7 @@ class TurnPipe(Protocol):
         ...
 
 
-class Store(limiting.LimitOps, partitioning.Partitioned, fairqueues.FairOps, Protocol):
+class Store(Features, Protocol):
     dialect: str
     """``"sqlite"`` or ``"postgres"``."""
     url: str

@@ -135,13 +135,16 @@ class Partitions:
             for r in queues
         ]
 
-    def route(self, specs: Sequence[JobSpec]) -> Sequence[JobSpec]:
+    def route(
+        self, specs: Sequence[JobSpec], counts: Mapping[str, int] | None = None
+    ) -> Sequence[JobSpec]:
         """Specs of partitioned queues each in its partition's queue; the others as they
         are. A user's queue may not name a partition itself. Ordered specs get their
-        key's limit first (plunder.store.ordering)."""
-        counts: Mapping[str, int] | None = None
+        key's limit first (plunder.store.ordering). ``counts``: the partitions as read
+        before (inside a transaction, where reading them would begin another)."""
         if specs:
-            counts = self.partition_counts()
+            if counts is None:
+                counts = self.partition_counts()
             with self._lock:
                 modes = dict(self._ordered)
             specs = ordering.order(specs, modes)

@@ -21,8 +21,9 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
-from plunder import access, errors, policy
+from plunder import access, cron, errors, policy
 from plunder.access import ApiKey
+from plunder.cron import Schedule, ScheduleSpec, Tick
 from plunder.model import (
     AckResult,
     Claim,
@@ -59,6 +60,7 @@ from plunder.store.ordering import Ordering
 from plunder.store.partitioning import OrderedKey
 from plunder.store.partitions import Partitions
 from plunder.store.reads import Reads
+from plunder.store.schedules import MakeJob, Schedules
 from plunder.store.sessions import Sessions
 
 __all__ = ["SQLStore", "Turns"]
@@ -121,6 +123,7 @@ class SQLStore:
         self.keys = Keys(self.engine)
         self.limits = Limits(self.engine)
         self.ordering = Ordering(self.engine, self.limits.admit)
+        self.schedules = Schedules(self.engine, self.maintenance, self.enqueue, self.partitions)
         self.borrowed = False  # a limited view's driver is its owner's to close
 
     @property
@@ -471,3 +474,30 @@ class SQLStore:
 
     def limit_list(self, *, now: Now = None) -> list[LimitState]:
         return self.limits.limit_list(now=now)
+
+    # -- schedules (plunder.store.schedules) ------------------------------------------------
+    def schedule_upsert(self, spec: ScheduleSpec, *, now: Now = None) -> Schedule:
+        return self.schedules.schedule_upsert(spec, now=now)
+
+    def schedule_get(self, name: str) -> Schedule:
+        return self.schedules.schedule_get(name)
+
+    def schedule_list(self) -> list[Schedule]:
+        return self.schedules.schedule_list()
+
+    def schedule_pause(self, name: str, paused: bool, *, now: Now = None) -> Schedule:
+        return self.schedules.schedule_pause(name, paused, now=now)
+
+    def schedule_remove(self, name: str) -> bool:
+        return self.schedules.schedule_remove(name)
+
+    def schedule_tick_many(
+        self,
+        lease: Lease,
+        make: MakeJob,
+        *,
+        grace: float = cron.GRACE,
+        limit: int = cron.TICKS_PER_PASS,
+        now: Now = None,
+    ) -> list[Tick]:
+        return self.schedules.schedule_tick_many(lease, make, grace=grace, limit=limit, now=now)

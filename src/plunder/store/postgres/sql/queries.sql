@@ -1291,6 +1291,62 @@ SELECT g.queue, g.group_name, g.vtime,
                  WHERE f.queue = g.queue), 1.0) AS weight
 FROM plunder_fair_groups AS g
 ORDER BY g.queue, g.vtime, g.group_name;
+-- Schedules (plunder.store.schedules; docs/guide/periodic.md) ----------------------------
+
+-- name: schedule_lock
+-- The schedule, locked for a change of it.
+SELECT * FROM plunder_schedules WHERE name = %(name)s FOR UPDATE;
+
+-- name: schedule_list
+-- Every schedule, or the one named (NULL: every one).
+SELECT * FROM plunder_schedules WHERE %(name)s::text IS NULL OR name = %(name)s
+ORDER BY name;
+
+-- name: schedule_insert
+INSERT INTO plunder_schedules (name, task, queue, cron, timezone, args, kwargs, catch_up,
+                               paused, next_at, created_at, updated_at)
+VALUES (%(name)s, %(task)s, %(queue)s, %(cron)s, %(timezone)s, %(args)s, %(kwargs)s,
+        %(catch_up)s, %(paused)s, %(next_at)s, %(now)s, %(now)s)
+ON CONFLICT (name) DO NOTHING
+RETURNING *;
+
+-- name: schedule_update
+-- A new definition; its pause, its last tick and (unless the ticks changed) its next one kept.
+UPDATE plunder_schedules
+SET task = %(task)s, queue = %(queue)s, cron = %(cron)s, timezone = %(timezone)s,
+    args = %(args)s, kwargs = %(kwargs)s, catch_up = %(catch_up)s, next_at = %(next_at)s,
+    updated_at = %(now)s
+WHERE name = %(name)s
+RETURNING *;
+
+-- name: schedule_pause
+-- Paused or resumed; a resumed schedule's next tick is the first after the resume.
+UPDATE plunder_schedules
+SET paused = %(paused)s, next_at = COALESCE(%(next_at)s::timestamptz, next_at),
+    updated_at = %(now)s
+WHERE name = %(name)s
+RETURNING *;
+
+-- name: schedule_delete
+DELETE FROM plunder_schedules WHERE name = %(name)s RETURNING name;
+
+-- name: schedule_due
+-- The schedules with a tick due by now, the most overdue first, locked: a second enqueuer
+-- waits here and then finds next_at moved.
+SELECT * FROM plunder_schedules
+WHERE NOT paused AND next_at <= %(now)s
+ORDER BY next_at, name
+LIMIT %(limit)s
+FOR UPDATE;
+
+-- name: schedule_advance
+-- The compare-and-set that enqueues a schedule's ticks once: next_at moves past them only
+-- from the value read in this transaction.
+UPDATE plunder_schedules
+SET next_at = %(next_at)s, last_at = COALESCE(%(last_at)s::timestamptz, last_at),
+    last_job_id = COALESCE(%(last_job_id)s::bigint, last_job_id), updated_at = %(now)s
+WHERE name = %(name)s AND next_at = %(was)s AND NOT paused
+RETURNING name;
 -- name: order_declare
 -- batch. The ordered keys a batch of jobs names (migration 20), with what a failure does
 -- as the latest enqueue says.

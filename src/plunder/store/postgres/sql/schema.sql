@@ -205,6 +205,24 @@ CREATE TABLE plunder_fair_groups (
     PRIMARY KEY (queue, group_name)
 );
 CREATE INDEX plunder_fair_groups_turn ON plunder_fair_groups (queue, vtime, group_name);
+-- Schedules (migration 18; docs/guide/periodic.md): next_at is the next tick not enqueued yet.
+CREATE TABLE plunder_schedules (
+    name TEXT PRIMARY KEY,
+    task TEXT NOT NULL,
+    queue TEXT,
+    cron TEXT NOT NULL,
+    timezone TEXT NOT NULL,
+    args TEXT NOT NULL DEFAULT '[]',
+    kwargs TEXT NOT NULL DEFAULT '{}',
+    catch_up TEXT NOT NULL CHECK (catch_up = 'all' OR catch_up = 'latest' OR catch_up = 'none'),
+    paused BOOLEAN NOT NULL DEFAULT FALSE,
+    next_at TIMESTAMPTZ,
+    last_at TIMESTAMPTZ,
+    last_job_id BIGINT,
+    created_at TIMESTAMPTZ NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX plunder_schedules_due ON plunder_schedules (next_at) WHERE NOT paused;
 
 -- Ordered keys (migration 20): see plunder.store.ordering.
 CREATE TABLE plunder_ordered (

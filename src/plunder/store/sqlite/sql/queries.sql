@@ -900,6 +900,58 @@ SELECT g.queue, g.group_name, g.vtime,
                  WHERE f.queue = g.queue AND w.key = g.group_name), 1.0) AS weight
 FROM plunder_fair_groups AS g
 ORDER BY g.queue, g.vtime, g.group_name;
+-- Schedules (plunder.store.schedules; docs/guide/periodic.md) ----------------------------
+
+-- name: schedule_lock
+-- The schedule, for a change of it (the write lock is held already).
+SELECT * FROM plunder_schedules WHERE name = :name;
+
+-- name: schedule_list
+-- Every schedule, or the one named (NULL: every one).
+SELECT * FROM plunder_schedules WHERE :name IS NULL OR name = :name
+ORDER BY name;
+
+-- name: schedule_insert
+INSERT INTO plunder_schedules (name, task, queue, cron, timezone, args, kwargs, catch_up,
+                               paused, next_at, created_at, updated_at)
+VALUES (:name, :task, :queue, :cron, :timezone, :args, :kwargs, :catch_up, :paused,
+        :next_at, :now, :now)
+ON CONFLICT (name) DO NOTHING
+RETURNING *;
+
+-- name: schedule_update
+-- A new definition; its pause, its last tick and (unless the ticks changed) its next one kept.
+UPDATE plunder_schedules
+SET task = :task, queue = :queue, cron = :cron, timezone = :timezone, args = :args,
+    kwargs = :kwargs, catch_up = :catch_up, next_at = :next_at, updated_at = :now
+WHERE name = :name
+RETURNING *;
+
+-- name: schedule_pause
+-- Paused or resumed; a resumed schedule's next tick is the first after the resume.
+UPDATE plunder_schedules
+SET paused = :paused, next_at = COALESCE(:next_at, next_at), updated_at = :now
+WHERE name = :name
+RETURNING *;
+
+-- name: schedule_delete
+DELETE FROM plunder_schedules WHERE name = :name RETURNING name;
+
+-- name: schedule_due
+-- The schedules with a tick due by now, the most overdue first.
+SELECT * FROM plunder_schedules
+WHERE paused = 0 AND next_at <= :now
+ORDER BY next_at, name
+LIMIT :limit;
+
+-- name: schedule_advance
+-- The compare-and-set that enqueues a schedule's ticks once: next_at moves past them only
+-- from the value read in this transaction.
+UPDATE plunder_schedules
+SET next_at = :next_at, last_at = COALESCE(:last_at, last_at),
+    last_job_id = COALESCE(:last_job_id, last_job_id), updated_at = :now
+WHERE name = :name AND next_at = :was AND paused = 0
+RETURNING name;
 -- name: order_declare
 -- batch. The ordered keys a batch of jobs names (migration 20), with what a failure does
 -- as the latest enqueue says.

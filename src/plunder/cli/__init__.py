@@ -7,12 +7,24 @@ one line on stderr and exits non-zero; a traceback means a bug in plunder.
 ``root`` is the group and its options; the commands live by what they are about (``run``:
 worker and janitor; ``jobs``: one job or many; ``database``: init and status; ``showcase``:
 demo and bench; ``workers``: a running worker's queues; ``partitions``: partitioned
-queues), and print through ``output``.
+queues; ``queues``: paused queues; ``dashboard``: the dashboard without a gateway),
+and print through ``output``.
 """
 
 from __future__ import annotations
 
-from plunder.cli import database, gateway, jobs, limits, partitions, run, showcase, workers
+from plunder.cli import (
+    dashboard,
+    database,
+    gateway,
+    jobs,
+    limits,
+    partitions,
+    queues,
+    run,
+    showcase,
+    workers,
+)
 from plunder.cli.root import main
 
 __all__ = ["main"]
@@ -32,6 +44,8 @@ for command in (
     gateway.serve,
     gateway.keys,
     limits.limits,
+    queues.queues,
+    dashboard.dashboard,
     showcase.demo,
     showcase.bench,
 ):

@@ -6,6 +6,7 @@ database with a small pool and one listening connection, however many they are.
  remote workers ─┐   /v1/sessions/…  (the worker protocol; the exchange long-polls)
  producers ──────┼─▶ /v1/jobs/…      (enqueue, list, read, result long-poll, SSE stream)
  admins ─────────┤   /v1/keys/…      (make, list, revoke keys)                      ─▶ database
+ browsers ───────┤   /, /jobs, …     (the dashboard: plunder.dashboard)
  load balancer ──┘   /v1/health, /openapi.json
 ```
 
@@ -30,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from plunder import dashboard
 from plunder.app import App
 from plunder.gateway import admin, openapi, producers, workers
 from plunder.gateway.server import MAX_BODY, Gateway, refusal, routes
@@ -56,6 +58,7 @@ def create_app(url: str, *, pool_size: int = POOL_SIZE, max_body: int = MAX_BODY
         *routes(gateway, producers.ROUTES),
         *routes(gateway, admin.ROUTES),
         Route("/openapi.json", openapi_json, methods=["GET"]),
+        *dashboard.routes(app.store),  # the pages for people, at /
     ]
     starlette = Starlette(
         routes=endpoints,

@@ -53,7 +53,9 @@ from plunder.store.enqueue import Enqueue
 from plunder.store.keys import Keys
 from plunder.store.limits import Limits
 from plunder.store.maintenance import Maintenance
+from plunder.store.observing import Observing
 from plunder.store.partitions import Partitions
+from plunder.store.pauses import PausedPipe, Pauses
 from plunder.store.reads import Reads
 from plunder.store.sessions import Sessions
 
@@ -110,6 +112,8 @@ class SQLStore:
         self.sessions = Sessions(self.engine, self.acks, self.maintenance, self.partitions)
         self.keys = Keys(self.engine)
         self.limits = Limits(self.engine)
+        self.pauses = Pauses(self.engine)  # paused queues, left out of every claim
+        self.observing = Observing(self.engine)  # the dashboard's reads
         self.borrowed = False  # a limited view's driver is its owner's to close
 
     @property
@@ -172,7 +176,8 @@ class SQLStore:
         return self.engine.transaction()
 
     def turn_pipe(self) -> TurnPipe | None:
-        return None if self.turns is None else self.turns.pipe()
+        pipe = None if self.turns is None else self.turns.pipe()
+        return None if pipe is None else PausedPipe(pipe, self.pauses)
 
     # -- producers -----------------------------------------------------------------------
     def job_enqueue_many(
@@ -254,8 +259,8 @@ class SQLStore:
         now: Now = None,
     ) -> list[JobRecord]:
         return self.claims.job_claim_many(
-            session_id, queues=queues, tasks=tasks, limit=limit, take_suspect=take_suspect,
-            now=now,
+            session_id, queues=self.pauses.unpaused(queues), tasks=tasks, limit=limit,
+            take_suspect=take_suspect, now=now,
         )  # fmt: skip
 
     def job_exchange_many(
@@ -271,7 +276,8 @@ class SQLStore:
         now: Now = None,
     ) -> Exchange:
         return self.claims.job_exchange_many(
-            completions, failures, session_id=session_id, queues=queues, tasks=tasks,
+            completions, failures, session_id=session_id,
+            queues=self.pauses.unpaused(queues) if limit else queues, tasks=tasks,
             limit=limit, take_suspect=take_suspect, now=now,
         )  # fmt: skip
 
@@ -299,7 +305,8 @@ class SQLStore:
     def job_next_due(
         self, *, queues: Sequence[str], tasks: Sequence[str], now: Now = None
     ) -> float | None:
-        return self.engine.job_next_due(queues=queues, tasks=tasks, now=now)
+        queues = self.pauses.unpaused(queues)
+        return self.engine.job_next_due(queues=queues, tasks=tasks, now=now) if queues else None
 
     # -- partitioned queues (plunder.store.partitions) ---------------------------------------
     def partition_declare(self, queue: str, partitions: int) -> None:

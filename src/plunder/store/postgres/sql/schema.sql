@@ -185,3 +185,10 @@ CREATE TABLE plunder_partition_owners (
     PRIMARY KEY (queue, partition)
 );
 CREATE INDEX plunder_partition_owners_session ON plunder_partition_owners (session_id);
+-- Paused queues (migration 17): a claim takes no job of a queue listed here, nor of its
+-- partitions; stores read the table at most once a second (plunder.store.pauses).
+CREATE TABLE plunder_queue_pauses (
+    queue TEXT PRIMARY KEY,
+    paused_at TIMESTAMPTZ NOT NULL,
+    reason TEXT NOT NULL DEFAULT ''
+);

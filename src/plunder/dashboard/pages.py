@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
@@ -26,6 +26,7 @@ from plunder.dashboard.visitors import COOKIE, COOKIE_LIFETIME, Visitor, Visitor
 from plunder.states import Status
 from plunder.store.observing import JobFilter
 
+MAX_FORM = 64 * 1024  # bytes in a posted form
 BULK_MAX = 10_000  # jobs one bulk action touches at most
 FILTERS = ("queue", "task", "status", "group", "key", "since", "until")
 
@@ -77,7 +78,7 @@ class Pages:
         return self.render("login.html", request, visitor=None)
 
     async def login(self, request: Request) -> Response:
-        form = await request.form()
+        form = await _form(request)
         secret = str(form.get("secret") or "")
         cookie, error = await run_in_threadpool(self.visitors.login, secret)
         if error:
@@ -91,7 +92,7 @@ class Pages:
 
     async def logout(self, request: Request) -> Response:
         visitor = await self.visitor(request)
-        form = await request.form()
+        form = await _form(request)
         if visitor is None or not csrf_ok(visitor, _text(form.get("csrf"))):
             return self._refused(request, visitor)
         answer = self.to_login(request)
@@ -274,7 +275,7 @@ class Pages:
 
     async def act(self, request: Request) -> Response:
         visitor = await self.visitor(request)
-        form = await request.form()
+        form = await _form(request)
         if visitor is None or not visitor.admin or not csrf_ok(visitor, _text(form.get("csrf"))):
             return self._refused(request, visitor)
         fields = {k: _text(v) or "" for k, v in form.items()}
@@ -339,6 +340,20 @@ _NO_CACHE = {"Cache-Control": "no-store", "X-Frame-Options": "DENY"}
 
 def _root(request: Request) -> str:
     return str(request.scope.get("root_path", "")) + "/"
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """A posted form (application/x-www-form-urlencoded, the only kind these pages
+    send), at most MAX_FORM bytes; the last value of a repeated field."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM:
+            return {}
+    try:
+        return dict(parse_qsl(body.decode("utf-8"), max_num_fields=100))
+    except (UnicodeDecodeError, ValueError):
+        return {}
 
 
 def _text(value: Any) -> str | None:

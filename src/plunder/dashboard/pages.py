@@ -21,7 +21,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from plunder import access, errors, payload
 from plunder.dashboard import svg
-from plunder.dashboard.views import STATUSES, Views, age, short
+from plunder.dashboard.views import SHOWN, STATUSES, Views, age, short
 from plunder.dashboard.visitors import COOKIE, COOKIE_LIFETIME, Visitor, Visitors, csrf_ok
 from plunder.states import Status
 from plunder.store.observing import JobFilter
@@ -36,7 +36,9 @@ def environment() -> Environment:
         loader=PackageLoader("plunder.dashboard", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
     )
-    env.globals.update(age=age, short=short, spark=svg.sparkline, statuses=STATUSES, pretty=_pretty)
+    env.globals.update(
+        age=age, short=short, spark=svg.sparkline, statuses=STATUSES, shown=SHOWN, pretty=_pretty
+    )
     return env
 
 
@@ -86,7 +88,7 @@ class Pages:
         answer = RedirectResponse(_root(request), status_code=303)
         answer.set_cookie(
             COOKIE, cookie, max_age=COOKIE_LIFETIME, httponly=True, samesite="strict",
-            secure=self.secure, path=_root(request),
+            secure=self.secure or request.url.scheme == "https", path=_root(request),
         )  # fmt: skip
         return answer
 
@@ -285,8 +287,10 @@ class Pages:
             return self.render("message.html", request, 409, visitor=visitor,
                                heading="Not done", message=str(exc))  # fmt: skip
         answer = RedirectResponse(back, status_code=303)
-        answer.set_cookie("plunder_notice", message[:200], max_age=30, path=_root(request),
-                          httponly=True, samesite="strict", secure=self.secure)  # fmt: skip
+        answer.set_cookie(
+            "plunder_notice", message[:200], max_age=30, path=_root(request), httponly=True,
+            samesite="strict", secure=self.secure or request.url.scheme == "https",
+        )  # fmt: skip
         return answer
 
     def _do(self, visitor: Visitor, request: Request, fields: dict[str, str]) -> tuple[str, str]:

@@ -25,7 +25,8 @@ from plunder.store.observing import Activity, JobFilter, LostSession
 T = TypeVar("T")
 FRESH = 1.0  # seconds a reading of counts and sessions is shown
 SLOW = 5.0  # seconds a reading of the last hour's activity is shown
-STATUSES = [s.value for s in Status if s is not Status.EXPIRED] + [Status.EXPIRED.value]
+STATUSES = [s.value for s in Status]
+SHOWN = [s.value for s in Status if s is not Status.EXPIRED]  # the overview's columns
 
 
 class Cache:

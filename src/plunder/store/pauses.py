@@ -154,8 +154,10 @@ class PausedPipe:
     def receive(self) -> TurnAnswer:
         return self.pipe.receive()
 
-    def close(self) -> list[Completion]:
-        return self.pipe.close()
+    def close(self, **options: Any) -> list[Completion]:
+        closing: Any = self.pipe  # a pipe's own options (PostgreSQL's: discard=)
+        found: list[Completion] = closing.close(**options)
+        return found
 
     def __getattr__(self, name: str) -> Any:  # what a pipe has beyond the protocol
         return getattr(self.pipe, name)

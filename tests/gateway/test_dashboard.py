@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -108,3 +109,23 @@ def test_a_group_key_sees_only_its_groups_jobs(
     with login(gateway, keys.reader) as reader:  # the default group's reader: not llm
         listed = reader.get("/jobs").text
         assert f'data-job="{theirs.id}"' in listed and f'data-job="{mine.id}"' not in listed
+
+
+def test_a_revoked_keys_cookie_stops_working_within_a_second(
+    gateway: support.Gateway, keys: Keys, store: Store
+) -> None:
+    key_id = keys.reader.split("_")[1]
+    with login(gateway, keys.reader) as reader:
+        assert reader.get("/jobs").status_code == 200
+        store.key_revoke(key_id)
+        deadline = time.monotonic() + 10
+        while reader.get("/jobs").status_code == 200:
+            assert time.monotonic() < deadline, "the revoked key's cookie still works"
+            time.sleep(0.1)
+        assert reader.get("/jobs").headers["location"].endswith("/login")
+        tampered = reader.cookies.get("plunder_dash") or ""
+    with httpx.Client(base_url=gateway.url, timeout=30) as other:
+        admin_id = keys.admin.split("_")[1]
+        forged = admin_id + tampered[len(key_id) :]  # another key's id, this signature
+        other.cookies.set("plunder_dash", forged)
+        assert other.get("/").status_code == 303

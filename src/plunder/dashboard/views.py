@@ -1,8 +1,9 @@
 """What each page shows, read from the store and narrowed to what its visitor may see.
 
 The overview's and the workers' readings are shared by every visitor and taken at most
-once per FRESH seconds (the sparklines' once per SLOW), however many browsers watch and
-however fast the queues drain: a page's live updates re-render from the last reading.
+once per FRESH seconds (the sparklines' once per SLOW), and no sooner than SPARE times
+what the last one took, however many browsers watch and however fast the queues drain: a
+page's live updates re-render from the last reading.
 """
 
 from __future__ import annotations
@@ -25,26 +26,30 @@ from plunder.store.observing import Activity, JobFilter, LostSession
 T = TypeVar("T")
 FRESH = 1.0  # seconds a reading of counts and sessions is shown
 SLOW = 5.0  # seconds a reading of the last hour's activity is shown
+SPARE = 10  # a reading is taken again no sooner than this many times its own duration
 STATUSES = [s.value for s in Status]
 SHOWN = [s.value for s in Status if s is not Status.EXPIRED]  # the overview's columns
 
 
 class Cache:
-    """Readings by name, each taken again once older than its period."""
+    """Readings by name, each taken again once older than its period, or than SPARE times
+    what it took to read: a reading that walks a large job table costs the database a
+    bounded share of its time, however many browsers watch."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._taken: dict[str, tuple[Any, float]] = {}
+        self._taken: dict[str, tuple[Any, float, float]] = {}  # value, when, how long
 
     def get(self, name: str, period: float, read: Callable[[], T]) -> T:
         with self._lock:
             found = self._taken.get(name)
-        if found is not None and time.monotonic() - found[1] < period:
+        if found is not None and time.monotonic() - found[1] < max(period, SPARE * found[2]):
             value: T = found[0]
             return value
+        started = time.monotonic()
         value = read()
         with self._lock:
-            self._taken[name] = (value, time.monotonic())
+            self._taken[name] = (value, time.monotonic(), time.monotonic() - started)
         return value
 
 

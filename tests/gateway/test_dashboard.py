@@ -106,6 +106,13 @@ def test_a_group_key_sees_only_its_groups_jobs(
         assert 'data-queue="llm"' in overview and 'data-queue="default"' not in overview
         asked = gpu.get("/jobs?queue=default").text  # asking for it shows nothing either
         assert f'data-job="{theirs.id}"' not in asked
+    with login(gateway, keys.admin) as admin:  # every group, or one by the filter
+        listed = admin.get("/jobs").text
+        assert f'data-job="{theirs.id}"' in listed and f'data-job="{mine.id}"' in listed
+        gpu_only = admin.get("/jobs?group=gpu").text
+        assert f'data-job="{mine.id}"' in gpu_only and f'data-job="{theirs.id}"' not in gpu_only
+        default = admin.get("/jobs?group=default").text
+        assert f'data-job="{theirs.id}"' in default and f'data-job="{mine.id}"' not in default
     with login(gateway, keys.reader) as reader:  # the default group's reader: not llm
         listed = reader.get("/jobs").text
         assert f'data-job="{theirs.id}"' in listed and f'data-job="{mine.id}"' not in listed

@@ -40,6 +40,9 @@ MEDIAN_KEYS = (
     "ratio",
     "ratio_unlimited",
     "most_at_once",
+    "rate_unordered",
+    "overlaps",
+    "out_of_order",
 )
 COLUMNS = [
     ("enqueue", "enqueue (jobs/s)"),
@@ -56,6 +59,7 @@ COLUMNS = [
     ("sessions", "200 idle remote sessions: gateway's connections, memory each"),
     ("limits", "beside a limit of 10, 4 procs -c 50: no-ops/s, × alone, most at once"),
     ("rebalance", "partitions: kill→owned / expiry→owned / join→owned (s), stolen, double"),
+    ("ordered", "ordered keys, 4 procs -c 50: jobs/s ordered / unordered, ×, overlaps"),
 ]
 LATENCIES = ("latency", "first_line")
 FLEET_PREFIX = "fleet_"  # fleet_1 … fleet_16: scenario 9, one measurement per process count
@@ -91,6 +95,12 @@ def summary(result: dict[str, Any]) -> str:
         return f"error: {result['error']}"
     if "p50" in result:
         return f"p50 {result['p50']:.1f} ms, p95 {result['p95']:.1f} ms, p99 {result['p99']:.1f} ms"
+    if "rate_unordered" in result:
+        return (
+            f"{result['rate']:,.0f} jobs/s ordered, {result['rate_unordered']:,.0f} unordered "
+            f"(ratio {result['ratio']:.2f}); overlaps {result['overlaps']}, out of order "
+            f"{result['out_of_order']}"
+        )
     if "ratio" in result:
         return (
             f"{result['rate']:,.0f} jobs/s beside the limit, {result['rate_alone']:,.0f} alone "
@@ -127,6 +137,11 @@ def cell(m: dict[str, Any] | None, measurement: str) -> str:
         return f"{m['connections']:.0f} conns, {m['kib_per_session']:.0f} KiB each"
     if measurement == "limits":
         return f"{m['rate']:,.0f}, ×{m['ratio']:.2f}, {m['most_at_once']:.0f}"
+    if measurement == "ordered":
+        return (
+            f"{m['rate']:,.0f} / {m['rate_unordered']:,.0f}, ×{m['ratio']:.2f}, "
+            f"{m['overlaps'] + m['out_of_order']:.0f}"
+        )
     return f"{m['rate']:,.0f}"
 
 

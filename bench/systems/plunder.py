@@ -371,8 +371,16 @@ def limits(p: Params) -> dict[str, Any]:
     return plunder_limits.limits(p)
 
 
+def ordered(p: Params) -> dict[str, Any]:
+    """Scenario 16 (bench.systems.plunder_ordered): ordered keys against unordered."""
+    from bench.systems import plunder_ordered
+
+    return plunder_ordered.ordered(p)
+
+
 SCENARIOS = {
     "limits": limits,
+    "ordered": ordered,
     "pool": pool,
     "enqueue": enqueue,
     "drain": drain,

@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, overload
 
-from plunder import config, errors, payload
+from plunder import adapters, config, errors, payload
 from plunder.hub import Hub
 from plunder.model import JobRecord, JobSpec, LimitState, Run, StreamEvent
 from plunder.states import Status, is_terminal
@@ -185,10 +185,11 @@ class App:
 
         return register(fn) if fn is not None else register
 
-    def partition(self, queue: str, partitions: int) -> None:
+    def partition(self, queue: str, partitions: int, *, ordered: bool | str | None = None) -> None:
         """Declare ``queue`` partitioned in ``partitions``, in the database, so that every
-        producer and worker agrees (docs/guide/partitions.md)."""
-        self.store.partition_declare(queue, partitions)
+        producer and worker agrees; ``ordered``: its jobs by partition key (see
+        docs/guide/partitions.md)."""
+        self.store.partition_declare(queue, partitions, ordered=ordered)
 
     def declare_partitions(self) -> None:
         """Declare the partitions that tasks' ``partitions=`` name, once."""
@@ -198,6 +199,7 @@ class App:
     # -- producing ------------------------------------------------------------------------
     def enqueue_specs(self, specs: Sequence[JobSpec], *, conn: Any = None) -> list[Job]:
         self.declare_partitions()
+        conn = None if conn is None else adapters.dbapi_connection(conn)  # SQLAlchemy's too
         # handles need only ids (their attributes read the store): no record per job
         return [Job(self, job_id) for job_id in self.store.job_enqueue_ids(list(specs), conn=conn)]
 

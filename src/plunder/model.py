@@ -204,6 +204,9 @@ class JobSpec:
     limit: Limit | None = None
     # the job's partition of a partitioned queue: a stable hash of it (None: round-robin)
     partition_key: str | None = None
+    # its key's jobs run one at a time in enqueue order: True or "continue", or "stop" the
+    # key when one fails (plunder.store.ordering)
+    ordered: bool | str = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,6 +102,8 @@ class Slots:
         self._deadlines: dict[int, float] = {}  # job id: time.monotonic() of its timeout
         self._suspects = 0  # suspects among the running
         self.limited: dict[int, str] = {}  # job id: limit key, until its result is written
+        # told the limit keys of jobs whose results committed in their own transaction
+        self.on_acknowledged: Callable[[list[str]], None] | None = None
 
     # -- what is taken ----------------------------------------------------------------------
     def busy(self) -> int:
@@ -231,6 +233,9 @@ class Slots:
             handle.flush_stream()
             if handle.ctx.acknowledged:  # its result committed with its acknowledgement
                 after_acknowledged(handle, outcome)
+                key = self.limited.pop(handle.job.id, None)
+                if key is not None and self.on_acknowledged is not None:
+                    self.on_acknowledged([key])  # its place is free: admit the key's next
             elif outcome.ok:
                 self._succeeded(handle, outcome.result)
             else:

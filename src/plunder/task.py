@@ -62,6 +62,7 @@ class Options:
     | `limit` | `(key, n)`: at most n jobs of the key run at once, on all workers | `None` |
     | `rate` | `(key, "600/min")`: at most that many of the key's jobs start | `None` |
     | `partition_key` | a partitioned queue's partition: its hash (`None`: round-robin) | `None` |
+    | `ordered` | a `partition_key`'s jobs one at a time, in order (`"stop"`: see guide) | `False` |
 
     A lost attempt that is not retried ends the job ``timed_out`` (as a lost last attempt
     always has), with a ``plunder.WorkerLost`` error naming the session: nothing whose
@@ -94,6 +95,7 @@ class Options:
     limit: tuple[str, int] | None = None
     rate: tuple[str, str] | None = None
     partition_key: str | None = None
+    ordered: bool | str = False
 
     def spec(self, task: str, args: Sequence[Any], kwargs: dict[str, Any]) -> JobSpec:
         return self.maker(task)(args, kwargs)
@@ -215,7 +217,8 @@ class Task:
         return await asyncio.to_thread(self.enqueue_many, list(calls))
 
     def enqueue_in(self, conn: Any, *args: Any, **kwargs: Any) -> Any:
-        """Enqueue inside the caller's open transaction on ``conn`` (sqlite3 or psycopg):
+        """Enqueue inside the caller's open transaction on ``conn`` (sqlite3, psycopg, or
+        a sync SQLAlchemy Connection or Session over one of them; see plunder.adapters):
         the job exists if and only if that transaction commits."""
         return self._producer().enqueue_specs([self.spec(args, kwargs)], conn=conn)[0]
 

@@ -408,8 +408,9 @@ def spec_out(spec: JobSpec) -> dict[str, Any]:
     """Every field, but a partition key only where there is one (a gateway older than
     the field refuses it)."""
     data = {name: getattr(spec, name) for name in JobSpec.__slots__}
-    if data["partition_key"] is None:
-        del data["partition_key"]
+    for name in ("partition_key", "ordered"):
+        if data[name] in (None, False):
+            del data[name]
     limit = spec.limit
     data["limit"] = None if limit is None else {"key": limit.key, "ceiling": limit.ceiling,
                                                 "rate": limit.rate}  # fmt: skip
@@ -434,8 +435,9 @@ _SPEC_KINDS: dict[str, tuple[type, ...]] = {
     "delay": (float,), "max_attempts": (int,), "timeout": (float,), "backoff_base": (float,),
     "backoff_cap": (float,), "retry_on_timeout": (bool,), "key": (str,),
     "retry_on_lost": (bool,), "expires_in": (float,), "partition_key": (str,),
+    "ordered": (bool, str),
 }  # fmt: skip
-_SPEC_OPTIONAL = {"timeout", "key", "expires_in", "partition_key"}
+_SPEC_OPTIONAL = {"timeout", "key", "expires_in", "partition_key", "ordered"}
 
 
 def spec_in(data: Any) -> JobSpec:

@@ -108,6 +108,7 @@ class Worker:
         self._liveness = self._make_liveness()
         self._services_stop = threading.Event()
         self._admitter = Admitter(self.store, self._services_stop)  # see plunder.admitter
+        self._slots.on_acknowledged = self._admitter.add
         self._services: list[threading.Thread] = []
         self._unregister: list[Callable[[], None]] = []  # the heartbeat and wake-up, at the hub
 

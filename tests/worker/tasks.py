@@ -290,3 +290,11 @@ def provider_call(ctx: plunder.Context, pause: float) -> int:
     if pause and ctx.attempt == 1:
         ctx.pause_limit(seconds=pause)
     return ctx.attempt
+
+
+@app.task(name="ordered_in_transaction", ordered=True, retries=0)
+def ordered_in_transaction(ctx: plunder.Context, i: int) -> int:
+    """An ordered job (give it a partition_key) whose result commits in its transaction."""
+    with ctx.transaction(result=i):
+        pass
+    return i

@@ -37,6 +37,7 @@ for command in (
     database.status,
     workers.worker_queues,
     partitions.partitions,
+    partitions.ordered,
     jobs.jobs,
     jobs.job,
     jobs.cancel,

@@ -100,7 +100,7 @@ OPTIONS: tuple[JobOption, ...] = (
     JobOption("limit", _limit_key, "limit_key"),
 )
 OWN = ("args", "kwargs", "key")  # a JobSpec's values of its own, checked one by one
-ROUTING = ("partition_key",)  # a JobSpec's values that choose its queue, not stored
+ROUTING = ("partition_key", "ordered")  # a JobSpec's values that choose its queue, not stored
 RELATIVE = tuple(o for o in OPTIONS if o.relative)
 option_values = operator.attrgetter(*(o.name for o in OPTIONS))  # a spec's, in that order
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from plunder import errors
 from plunder.model import Claim, JobSpec, Limit, LimitState, rate_parts
-from plunder.store import convert
+from plunder.store import convert, ordering
 from plunder.store.driver import Now, Tx
 from plunder.store.engine import CHANNEL_ENQUEUED, Engine
 
@@ -88,15 +88,18 @@ class Limits:
         """After an enqueue's inserts: the limits its jobs name made where new, and their
         jobs (inserted held) admitted as far as the limits allow."""
         keys = self.declare(tx, specs, clock)
+        ordering.declare(tx, specs)
         if keys:
             self.admit(tx, keys, clock)
 
     def admit(self, tx: Tx, keys: Collection[str], clock: Any) -> int:
         """Admit what each key's limit allows of its held jobs (keys in order, so that two
         admissions lock rows in the same order); how many were admitted."""
-        admitted = 0
-        queues: list[str] = []
-        for key in sorted(set(keys)):
+        # ordered keys first (plunder.store.ordering): their heads, if free, in one go
+        ordered, taken = ordering.admit_many(tx, keys, clock, self.engine)
+        admitted = len(taken)
+        queues: list[str] = [str(r["queue"]) for r in taken]
+        for key in sorted(set(keys) - ordered):
             row = tx.one("limit_lock", key=key, now=clock)
             if row is None or row["paused"]:
                 continue

@@ -30,7 +30,7 @@ from typing import Any
 
 from plunder import errors, payload
 from plunder.model import JobSpec, Lease, PartitionedQueue, Partitioning
-from plunder.store import convert
+from plunder.store import convert, ordering
 from plunder.store.driver import Now, Tx
 from plunder.store.engine import Engine
 from plunder.store.maintenance import Maintenance
@@ -78,17 +78,32 @@ class Partitions:
         self.maintenance = maintenance
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
+        self._ordered: dict[str, str] = {}  # queues declared ordered, and their modes
         self._read_at = float("-inf")
         self._next = itertools.count()  # round-robin: this store's enqueues take turns
 
-    def partition_declare(self, queue: str, partitions: int) -> None:
+    def partition_declare(
+        self, queue: str, partitions: int, *, ordered: bool | str | None = None
+    ) -> None:
         """Declare ``queue`` partitioned in ``partitions`` (1-1024); a new count makes
-        the janitor assign them anew."""
+        the janitor assign them anew. ``ordered`` (None: as it was) declares its jobs
+        ordered by partition key (plunder.store.ordering)."""
         payload.check_queue(queue)
         count = convert.integer("partitions", partitions, 1, payload.MAX_PARTITIONS - 1)
-        self.engine.run(lambda tx: tx.all("partition_declare", queue=queue, partitions=count))
+        mode = None if ordered is None else ordering.mode_of(ordered, f"queue {queue!r}")
+
+        def op(tx: Tx) -> None:
+            tx.all("partition_declare", queue=queue, partitions=count)
+            if ordered is not None:
+                ordering.queue_set(tx, queue, ordered)
+
+        self.engine.run(op)
         with self._lock:
             self._counts[queue] = count
+            if ordered is not None:
+                self._ordered.pop(queue, None)
+                if mode is not None:
+                    self._ordered[queue] = mode
 
     def partition_counts(self, *, fresh: float = FRESH) -> dict[str, int]:
         """The partitioned queues and their partitions, as read at most ``fresh`` seconds
@@ -96,10 +111,12 @@ class Partitions:
         with self._lock:
             if time.monotonic() - self._read_at < fresh:
                 return dict(self._counts)
-        rows = self.engine.run(lambda tx: tx.all("partition_list"), write=False)
+        rows, modes = self.engine.run(
+            lambda tx: (tx.all("partition_list"), ordering.queues(tx)), write=False
+        )
         counts = {str(r["queue"]): int(r["partitions"]) for r in rows}
         with self._lock:
-            self._counts, self._read_at = counts, time.monotonic()
+            self._counts, self._ordered, self._read_at = counts, modes, time.monotonic()
         return dict(counts)
 
     def partition_list(self) -> list[PartitionedQueue]:
@@ -120,8 +137,14 @@ class Partitions:
 
     def route(self, specs: Sequence[JobSpec]) -> Sequence[JobSpec]:
         """Specs of partitioned queues each in its partition's queue; the others as they
-        are. A user's queue may not name a partition itself."""
+        are. A user's queue may not name a partition itself. Ordered specs get their
+        key's limit first (plunder.store.ordering)."""
         counts: Mapping[str, int] | None = None
+        if specs:
+            counts = self.partition_counts()
+            with self._lock:
+                modes = dict(self._ordered)
+            specs = ordering.order(specs, modes)
         routed: list[JobSpec] | None = None
         for i, spec in enumerate(specs):
             if spec.partition_key is None:

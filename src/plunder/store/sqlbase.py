@@ -54,6 +54,8 @@ from plunder.store.keys import Keys
 from plunder.store.limits import Limits
 from plunder.store.maintenance import Maintenance
 from plunder.store.observing import Observing
+from plunder.store.ordering import Ordering
+from plunder.store.partitioning import OrderedKey
 from plunder.store.partitions import Partitions
 from plunder.store.pauses import PausedPipe, Pauses
 from plunder.store.reads import Reads
@@ -112,6 +114,7 @@ class SQLStore:
         self.sessions = Sessions(self.engine, self.acks, self.maintenance, self.partitions)
         self.keys = Keys(self.engine)
         self.limits = Limits(self.engine)
+        self.ordering = Ordering(self.engine, self.limits.admit)
         self.pauses = Pauses(self.engine)  # paused queues, left out of every claim
         self.observing = Observing(self.engine)  # the dashboard's reads
         self.borrowed = False  # a limited view's driver is its owner's to close
@@ -309,8 +312,16 @@ class SQLStore:
         return self.engine.job_next_due(queues=queues, tasks=tasks, now=now) if queues else None
 
     # -- partitioned queues (plunder.store.partitions) ---------------------------------------
-    def partition_declare(self, queue: str, partitions: int) -> None:
-        self.partitions.partition_declare(queue, partitions)
+    def partition_declare(
+        self, queue: str, partitions: int, *, ordered: bool | str | None = None
+    ) -> None:
+        self.partitions.partition_declare(queue, partitions, ordered=ordered)
+
+    def order_release(self, key: str, *, now: Now = None) -> bool:
+        return self.ordering.order_release(key, now=now)
+
+    def order_list(self) -> list[OrderedKey]:
+        return self.ordering.order_list()
 
     def partition_counts(self, *, fresh: float = 5.0) -> dict[str, int]:
         return self.partitions.partition_counts(fresh=fresh)

@@ -1240,3 +1240,83 @@ LIMIT %(limit)s;
 SELECT session_id, count(*) AS n FROM plunder_jobs
 WHERE status = 'running' AND session_id IS NOT NULL
 GROUP BY session_id;
+-- name: order_declare
+-- batch. The ordered keys a batch of jobs names (migration 20), with what a failure does
+-- as the latest enqueue says.
+INSERT INTO plunder_ordered (key, on_failure)
+SELECT u.key, u.on_failure
+FROM unnest(%(key)s::text[], %(on_failure)s::text[]) AS u(key, on_failure)
+ORDER BY u.key
+ON CONFLICT (key) DO UPDATE SET on_failure = excluded.on_failure
+WHERE plunder_ordered.on_failure <> excluded.on_failure;
+
+-- name: order_lock_many
+-- The first step of an ordered admission (plunder.store.ordering): those of :keys that are
+-- ordered keys, their limit rows locked in key order until the transaction ends (the
+-- admissions of a key take turns, with limit_lock's too), and whether each is paused.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+SELECT l.key, COALESCE(l.paused_until > clock.now, false) AS paused
+FROM plunder_limits AS l, clock
+WHERE l.key IN (SELECT o.key FROM plunder_ordered AS o WHERE o.key = ANY(%(keys)s::text[]))
+ORDER BY l.key
+FOR UPDATE OF l;
+
+-- name: order_admit_many
+-- The head of each of :keys (ordered, not paused, locked by order_lock_many) that is free,
+-- admitted: its pending job first enqueued, and only if it is due — a later job never
+-- passes it. Free: no job of the key runs or is admitted, and none ended failed since its
+-- release if it stops on failure. A statement of its own after the locks, so that it sees
+-- every admission that held them before. No SKIP LOCKED: a head another transaction holds
+-- is waited for, never stepped over.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
+heads AS (
+    SELECT (SELECT h.id FROM plunder_jobs AS h
+            WHERE h.limit_key = o.key AND h.status = 'pending'
+            ORDER BY h.id LIMIT 1) AS id
+    FROM plunder_ordered AS o
+    WHERE o.key = ANY(%(keys)s::text[])
+      AND NOT EXISTS (SELECT FROM plunder_jobs AS b
+                      WHERE b.limit_key = o.key AND b.status IN ('pending', 'running')
+                        AND b.run_at < '4000-01-01'::timestamptz)
+      AND (o.on_failure = 'continue'
+           OR NOT EXISTS (SELECT FROM plunder_jobs AS f
+                          WHERE f.limit_key = o.key
+                            AND f.status IN ('failed', 'timed_out', 'expired')
+                            AND f.id > o.released_through)))
+UPDATE plunder_jobs AS j
+SET run_at = j.run_at - interval '200000000000 seconds'
+FROM clock, heads
+WHERE j.id = heads.id AND j.status = 'pending'
+  AND j.run_at >= '4000-01-01'::timestamptz
+  AND j.run_at <= clock.now + interval '200000000000 seconds'
+RETURNING j.id, j.queue;
+
+-- name: order_release
+-- A stopped key let go past the jobs of it that ended failed so far.
+UPDATE plunder_ordered
+SET released_through = GREATEST(released_through, COALESCE(
+    (SELECT max(id) FROM plunder_jobs
+     WHERE limit_key = %(key)s AND status IN ('failed', 'timed_out', 'expired')), 0))
+WHERE key = %(key)s
+RETURNING released_through;
+
+-- name: order_list
+-- Every ordered key, with the failed job that stops it (NULL: none) and its jobs waiting.
+SELECT o.key, o.on_failure,
+       (SELECT min(f.id) FROM plunder_jobs AS f
+        WHERE f.limit_key = o.key AND f.status IN ('failed', 'timed_out', 'expired')
+          AND f.id > o.released_through) AS failed_job,
+       (SELECT count(*) FROM plunder_jobs AS p
+        WHERE p.limit_key = o.key AND p.status = 'pending') AS pending
+FROM plunder_ordered AS o
+ORDER BY o.key;
+
+-- name: order_queue_set
+INSERT INTO plunder_ordered_queues (queue, on_failure) VALUES (%(queue)s, %(on_failure)s)
+ON CONFLICT (queue) DO UPDATE SET on_failure = excluded.on_failure;
+
+-- name: order_queue_clear
+DELETE FROM plunder_ordered_queues WHERE queue = %(queue)s;
+
+-- name: order_queue_list
+SELECT queue, on_failure FROM plunder_ordered_queues ORDER BY queue;

@@ -192,3 +192,20 @@ CREATE TABLE plunder_queue_pauses (
     paused_at TIMESTAMPTZ NOT NULL,
     reason TEXT NOT NULL DEFAULT ''
 );
+
+-- Ordered keys (migration 20): see plunder.store.ordering.
+CREATE TABLE plunder_ordered (
+    key TEXT PRIMARY KEY,
+    on_failure TEXT NOT NULL CHECK (on_failure IN ('continue', 'stop')),
+    released_through BIGINT NOT NULL DEFAULT 0
+);
+-- Queues whose jobs are ordered by their partition key, as declared.
+CREATE TABLE plunder_ordered_queues (
+    queue TEXT PRIMARY KEY,
+    on_failure TEXT NOT NULL CHECK (on_failure IN ('continue', 'stop'))
+);
+-- A key's pending jobs in enqueue order (its head), and its jobs that ended failed.
+CREATE INDEX plunder_jobs_ordered ON plunder_jobs (limit_key, id)
+    WHERE limit_key IS NOT NULL AND status = 'pending';
+CREATE INDEX plunder_jobs_limit_failed ON plunder_jobs (limit_key, id)
+    WHERE limit_key IS NOT NULL AND status IN ('failed', 'timed_out', 'expired');

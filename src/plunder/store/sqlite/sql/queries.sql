@@ -876,3 +876,73 @@ LIMIT :limit;
 SELECT session_id, count(*) AS n FROM plunder_jobs
 WHERE status = 'running' AND session_id IS NOT NULL
 GROUP BY session_id;
+-- name: order_declare
+-- batch. The ordered keys a batch of jobs names (migration 20), with what a failure does
+-- as the latest enqueue says.
+INSERT INTO plunder_ordered (key, on_failure) VALUES (:key, :on_failure)
+ON CONFLICT (key) DO UPDATE SET on_failure = excluded.on_failure
+WHERE plunder_ordered.on_failure <> excluded.on_failure;
+
+-- name: order_lock_many
+-- The first step of an ordered admission (plunder.store.ordering): those of :keys (a JSON
+-- list) that are ordered keys, and whether each is paused. (SQLite's writers take turns:
+-- the transaction holds the write lock already.)
+SELECT o.key, coalesce(l.paused_until > :now, 0) AS paused
+FROM plunder_ordered AS o
+JOIN plunder_limits AS l ON l.key = o.key
+WHERE o.key IN (SELECT value FROM json_each(:keys))
+ORDER BY o.key;
+
+-- name: order_admit_many
+-- The head of each of :keys (ordered, not paused, a JSON list) that is free, admitted: its
+-- pending job first enqueued, and only if it is due — a later job never passes it. Free:
+-- no job of the key runs or is admitted (64060588800: the year 4000, from which on a job
+-- is held), and none ended failed since its release if it stops on failure.
+UPDATE plunder_jobs
+SET run_at = run_at - 200000000000
+WHERE id IN (
+    SELECT (SELECT h.id FROM plunder_jobs AS h
+            WHERE h.limit_key = o.key AND h.status = 'pending'
+            ORDER BY h.id LIMIT 1)
+    FROM plunder_ordered AS o
+    WHERE o.key IN (SELECT value FROM json_each(:keys))
+      AND NOT EXISTS (SELECT 1 FROM plunder_jobs AS b
+                      WHERE b.limit_key = o.key AND b.status IN ('pending', 'running')
+                        AND b.run_at < 64060588800)
+      AND (o.on_failure = 'continue'
+           OR NOT EXISTS (SELECT 1 FROM plunder_jobs AS f
+                          WHERE f.limit_key = o.key
+                            AND f.status IN ('failed', 'timed_out', 'expired')
+                            AND f.id > o.released_through)))
+  AND status = 'pending' AND run_at >= 64060588800 AND run_at <= :now + 200000000000
+RETURNING id, queue;
+
+-- name: order_release
+-- A stopped key let go past the jobs of it that ended failed so far.
+UPDATE plunder_ordered
+SET released_through = max(released_through, coalesce(
+    (SELECT max(id) FROM plunder_jobs
+     WHERE limit_key = :key AND status IN ('failed', 'timed_out', 'expired')), 0))
+WHERE key = :key
+RETURNING released_through;
+
+-- name: order_list
+-- Every ordered key, with the failed job that stops it (NULL: none) and its jobs waiting.
+SELECT o.key, o.on_failure,
+       (SELECT min(f.id) FROM plunder_jobs AS f
+        WHERE f.limit_key = o.key AND f.status IN ('failed', 'timed_out', 'expired')
+          AND f.id > o.released_through) AS failed_job,
+       (SELECT count(*) FROM plunder_jobs AS p
+        WHERE p.limit_key = o.key AND p.status = 'pending') AS pending
+FROM plunder_ordered AS o
+ORDER BY o.key;
+
+-- name: order_queue_set
+INSERT INTO plunder_ordered_queues (queue, on_failure) VALUES (:queue, :on_failure)
+ON CONFLICT (queue) DO UPDATE SET on_failure = excluded.on_failure;
+
+-- name: order_queue_clear
+DELETE FROM plunder_ordered_queues WHERE queue = :queue;
+
+-- name: order_queue_list
+SELECT queue, on_failure FROM plunder_ordered_queues ORDER BY queue;

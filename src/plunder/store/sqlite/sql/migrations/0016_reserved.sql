@@ -1,1 +1,1 @@
--- plunder schema version 16: reserved for a change made beside version 17; nothing here.
+-- plunder schema version 16: reserved for a change made beside version 20; nothing here.

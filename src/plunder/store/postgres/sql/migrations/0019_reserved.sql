@@ -1,0 +1,1 @@
+-- plunder schema version 19: reserved for a change made beside version 20; nothing here.

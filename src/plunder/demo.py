@@ -126,6 +126,23 @@ def _start_workers(url: str, count: int, logs: Path) -> list[subprocess.Popen[by
     return workers
 
 
+def _dashboard(url: str, logs: Path) -> tuple[subprocess.Popen[bytes] | None, str]:
+    """``plunder dashboard`` on the demo's database, where the gateway's extra is here."""
+    import importlib.util
+    import socket
+
+    if importlib.util.find_spec("jinja2") is None or importlib.util.find_spec("uvicorn") is None:
+        return None, ""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    argv = [sys.executable, "-m", "plunder", "--db", url, "dashboard", "--port", str(port)]
+    with (logs / "dashboard.log").open("wb") as output:
+        proc = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)  # fmt: skip
+    return proc, f"http://127.0.0.1:{port}/"
+
+
 def _table(store: Store, note: str, elapsed: float) -> Table:
     counts: Counter[str] = Counter()
     for stats in store.queue_stats():
@@ -219,6 +236,10 @@ def run(
     if not quiet:
         console.print(f"database: {store.url}\nworker logs: {folder}")
     procs = _start_workers(url, workers, folder)
+    board, address = _dashboard(url, folder)
+    if address and not quiet:
+        console.print(f"dashboard: {address} (while the demo runs)")
+    procs += [board] if board is not None else []
     started = time.monotonic()
     killed: list[int] = []
     killed_at: float | None = None

@@ -113,6 +113,8 @@ def run(
         _wait_healthy(gateway_url, gateway, started + 30)
         say(f"database: {url} (only the gateway and the key commands use it)")
         say(f"gateway: {gateway_url}; logs in {folder}")
+        admin = store.key_create(role="admin", name="demo dashboard")[1]
+        say(f"dashboard: {gateway_url}/ (while the demo runs; log in with {admin})")
         workers += _remote_workers(gateway_url, keys, folder)
         say("3 remote workers: two of group gpu (queue llm), one of group batch; "
             "no database URL in their environment")  # fmt: skip

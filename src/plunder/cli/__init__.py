@@ -7,17 +7,20 @@ one line on stderr and exits non-zero; a traceback means a bug in plunder.
 ``root`` is the group and its options; the commands live by what they are about (``run``:
 worker and janitor; ``jobs``: one job or many; ``database``: init and status; ``showcase``:
 demo and bench; ``workers``: a running worker's queues; ``partitions``: partitioned
-queues; ``schedules``: periodic jobs), and print through ``output``.
+queues; ``schedules``: periodic jobs; ``queues``: paused queues; ``dashboard``: the
+dashboard without a gateway), and print through ``output``.
 """
 
 from __future__ import annotations
 
 from plunder.cli import (
+    dashboard,
     database,
     gateway,
     jobs,
     limits,
     partitions,
+    queues,
     run,
     schedules,
     showcase,
@@ -44,6 +47,8 @@ for command in (
     gateway.keys,
     limits.limits,
     schedules.schedules,
+    queues.queues,
+    dashboard.dashboard,
     showcase.demo,
     showcase.bench,
 ):

@@ -50,6 +50,7 @@ def serve(
             raise errors.ConfigError("--tls-cert and --tls-key go together")
         scheme = "https" if tls_cert else "http"
         click.echo(f"plunder gateway on {scheme}://{host}:{port} for {state.url}", err=True)
+        click.echo(f"dashboard: {scheme}://{host}:{port}/ (log in with an API key)", err=True)
         run(state.url, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
             pool_size=pool_size)  # fmt: skip
 

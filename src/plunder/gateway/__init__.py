@@ -7,6 +7,7 @@ database with a small pool and one listening connection, however many they are.
  producers ──────┼─▶ /v1/jobs/…      (enqueue, list, read, result long-poll, SSE stream)
  admins ─────────┤   /v1/keys/…      (make, list, revoke keys)                      ─▶ database
                  │   /v1/schedules/… (list, pause, resume schedules)
+ browsers ───────┤   /, /jobs, …     (the dashboard: plunder.dashboard)
  load balancer ──┘   /v1/health, /openapi.json
 ```
 
@@ -31,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from plunder import dashboard
 from plunder.app import App
 from plunder.gateway import admin, openapi, producers, schedules, workers
 from plunder.gateway.server import MAX_BODY, Gateway, refusal, routes
@@ -59,6 +61,7 @@ def create_app(url: str, *, pool_size: int = POOL_SIZE, max_body: int = MAX_BODY
         *routes(gateway, admin.ROUTES),
         *routes(gateway, schedules.ROUTES),
         Route("/openapi.json", openapi_json, methods=["GET"]),
+        *dashboard.routes(app.store),  # the pages for people, at /
     ]
     starlette = Starlette(
         routes=endpoints,

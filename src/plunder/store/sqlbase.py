@@ -56,9 +56,11 @@ from plunder.store.fairqueues import FairGroup
 from plunder.store.keys import Keys
 from plunder.store.limits import Limits
 from plunder.store.maintenance import Maintenance
+from plunder.store.observing import Observing
 from plunder.store.ordering import Ordering
 from plunder.store.partitioning import OrderedKey
 from plunder.store.partitions import Partitions
+from plunder.store.pauses import PausedPipe, Pauses
 from plunder.store.reads import Reads
 from plunder.store.schedules import MakeJob, Schedules
 from plunder.store.sessions import Sessions
@@ -124,6 +126,8 @@ class SQLStore:
         self.limits = Limits(self.engine)
         self.ordering = Ordering(self.engine, self.limits.admit)
         self.schedules = Schedules(self.engine, self.maintenance, self.enqueue, self.partitions)
+        self.pauses = Pauses(self.engine)  # paused queues, left out of every claim
+        self.observing = Observing(self.engine)  # the dashboard's reads
         self.borrowed = False  # a limited view's driver is its owner's to close
 
     @property
@@ -186,7 +190,8 @@ class SQLStore:
         return self.engine.transaction()
 
     def turn_pipe(self) -> TurnPipe | None:
-        return None if self.turns is None else self.turns.pipe()
+        pipe = None if self.turns is None else self.turns.pipe()
+        return None if pipe is None else PausedPipe(pipe, self.pauses)
 
     # -- producers -----------------------------------------------------------------------
     def job_enqueue_many(
@@ -270,8 +275,8 @@ class SQLStore:
         now: Now = None,
     ) -> list[JobRecord]:
         return self.claims.job_claim_many(
-            session_id, queues=queues, tasks=tasks, limit=limit, take_suspect=take_suspect,
-            now=now,
+            session_id, queues=self.pauses.unpaused(queues), tasks=tasks, limit=limit,
+            take_suspect=take_suspect, now=now,
         )  # fmt: skip
 
     def job_exchange_many(
@@ -287,7 +292,8 @@ class SQLStore:
         now: Now = None,
     ) -> Exchange:
         return self.claims.job_exchange_many(
-            completions, failures, session_id=session_id, queues=queues, tasks=tasks,
+            completions, failures, session_id=session_id,
+            queues=self.pauses.unpaused(queues) if limit else queues, tasks=tasks,
             limit=limit, take_suspect=take_suspect, now=now,
         )  # fmt: skip
 
@@ -315,7 +321,8 @@ class SQLStore:
     def job_next_due(
         self, *, queues: Sequence[str], tasks: Sequence[str], now: Now = None
     ) -> float | None:
-        return self.engine.job_next_due(queues=queues, tasks=tasks, now=now)
+        queues = self.pauses.unpaused(queues)
+        return self.engine.job_next_due(queues=queues, tasks=tasks, now=now) if queues else None
 
     # -- fair queues (plunder.store.fairness) ------------------------------------------------
     def fair_declare(self, queue: str, weights: Mapping[str, float] | None = None) -> None:

@@ -1347,6 +1347,84 @@ SET next_at = %(next_at)s, last_at = COALESCE(%(last_at)s::timestamptz, last_at)
     last_job_id = COALESCE(%(last_job_id)s::bigint, last_job_id), updated_at = %(now)s
 WHERE name = %(name)s AND next_at = %(was)s AND NOT paused
 RETURNING name;
+-- name: queue_pause
+-- Pause a queue (migration 17): claims take none of its jobs; pausing a paused queue
+-- changes nothing (no row returned).
+INSERT INTO plunder_queue_pauses (queue, paused_at, reason)
+VALUES (%(queue)s, COALESCE(%(now)s::timestamptz, statement_timestamp()), %(reason)s)
+ON CONFLICT (queue) DO NOTHING
+RETURNING queue;
+
+-- name: queue_resume
+DELETE FROM plunder_queue_pauses WHERE queue = %(queue)s RETURNING queue;
+
+-- name: queue_pause_list
+SELECT queue, paused_at, reason FROM plunder_queue_pauses ORDER BY queue;
+
+-- name: observe_finished
+-- Jobs that finished in the hour before now, by queue and minute (0: the last minute). A
+-- read for people (the dashboard's sparklines): it walks the job table, so callers keep
+-- its answer a few seconds.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+SELECT j.queue, floor(extract(epoch FROM clock.now - j.finished_at) / 60)::int AS ago,
+       count(*) AS n
+FROM plunder_jobs AS j, clock
+WHERE j.finished_at > clock.now - interval '1 hour' AND j.finished_at <= clock.now
+GROUP BY 1, 2;
+
+-- name: observe_started
+-- Jobs started in the hour before now, by queue and minute, with their mean wait from due
+-- to started (seconds).
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+SELECT j.queue, floor(extract(epoch FROM clock.now - j.started_at) / 60)::int AS ago,
+       count(*) AS n,
+       avg(GREATEST(extract(epoch FROM j.started_at - j.run_at), 0))::float8 AS wait
+FROM plunder_jobs AS j, clock
+WHERE j.started_at > clock.now - interval '1 hour' AND j.started_at <= clock.now
+GROUP BY 1, 2;
+
+-- name: observe_lost
+-- The sessions whose runs were lost in the hour before now (their worker died or its
+-- session expired), with the jobs rescued from them: what the run history records of a
+-- dead session once the janitor has reaped it.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+SELECT r.session_id, r.worker, r.host, r.pid, count(*) AS n,
+       min(r.started_at) AS first_started, max(r.finished_at) AS lost_at,
+       array_agg(r.job_id ORDER BY r.job_id) AS job_ids
+FROM plunder_runs AS r, clock
+WHERE r.outcome = 'lost' AND r.finished_at > clock.now - interval '1 hour'
+GROUP BY r.session_id, r.worker, r.host, r.pid
+ORDER BY lost_at DESC
+LIMIT 100;
+
+-- name: observe_jobs
+-- Jobs newest first, keyset-paginated by id (before: the last id of the page before),
+-- each filter NULL for none: a queue (its partitions too), task, status, key, created
+-- from since to until (seconds since the epoch), and the queues a key may see (only:
+-- only these; hide: none of these).
+SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
+       backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
+       finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
+       retry_on_lost, expires_at, limit_key
+FROM plunder_jobs
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s
+       OR left(queue, length(%(queue)s) + 1) = %(queue)s || '~')
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(key)s::text IS NULL OR key = %(key)s)
+  AND (%(since)s::float8 IS NULL OR created_at >= to_timestamp(%(since)s::float8))
+  AND (%(until)s::float8 IS NULL OR created_at < to_timestamp(%(until)s::float8))
+  AND (%(only)s::text[] IS NULL OR split_part(queue, '~', 1) = ANY(%(only)s::text[]))
+  AND (%(hide)s::text[] IS NULL OR NOT split_part(queue, '~', 1) = ANY(%(hide)s::text[]))
+  AND (%(before)s::bigint IS NULL OR id < %(before)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: observe_running
+-- Each live session's running jobs, counted (plunder_jobs_running holds them by session).
+SELECT session_id, count(*) AS n FROM plunder_jobs
+WHERE status = 'running' AND session_id IS NOT NULL
+GROUP BY session_id;
 -- name: order_declare
 -- batch. The ordered keys a batch of jobs names (migration 20), with what a failure does
 -- as the latest enqueue says.

@@ -952,6 +952,81 @@ SET next_at = :next_at, last_at = COALESCE(:last_at, last_at),
     last_job_id = COALESCE(:last_job_id, last_job_id), updated_at = :now
 WHERE name = :name AND next_at = :was AND paused = 0
 RETURNING name;
+-- name: queue_pause
+-- Pause a queue (migration 17): claims take none of its jobs; pausing a paused queue
+-- changes nothing (no row returned).
+INSERT INTO plunder_queue_pauses (queue, paused_at, reason) VALUES (:queue, :now, :reason)
+ON CONFLICT (queue) DO NOTHING
+RETURNING queue;
+
+-- name: queue_resume
+DELETE FROM plunder_queue_pauses WHERE queue = :queue RETURNING queue;
+
+-- name: queue_pause_list
+SELECT queue, paused_at, reason FROM plunder_queue_pauses ORDER BY queue;
+
+-- name: observe_finished
+-- Jobs that finished in the hour before :now, by queue and minute (0: the last minute). A
+-- read for people (the dashboard's sparklines): it walks the job table, so callers keep
+-- its answer a few seconds.
+SELECT queue, CAST((:now - finished_at) / 60 AS INTEGER) AS ago, count(*) AS n
+FROM plunder_jobs
+WHERE finished_at > :now - 3600 AND finished_at <= :now
+GROUP BY 1, 2;
+
+-- name: observe_started
+-- Jobs started in the hour before :now, by queue and minute, with their mean wait from
+-- due to started (seconds).
+SELECT queue, CAST((:now - started_at) / 60 AS INTEGER) AS ago, count(*) AS n,
+       avg(max(started_at - run_at, 0)) AS wait
+FROM plunder_jobs
+WHERE started_at > :now - 3600 AND started_at <= :now
+GROUP BY 1, 2;
+
+-- name: observe_lost
+-- The sessions whose runs were lost in the hour before :now (their worker died or its
+-- session expired), with the jobs rescued from them: what the run history records of a
+-- dead session once the janitor has reaped it.
+SELECT session_id, worker, host, pid, count(*) AS n, min(started_at) AS first_started,
+       max(finished_at) AS lost_at, json_group_array(job_id) AS job_ids
+FROM plunder_runs
+WHERE outcome = 'lost' AND finished_at > :now - 3600
+GROUP BY session_id, worker, host, pid
+ORDER BY lost_at DESC
+LIMIT 100;
+
+-- name: observe_jobs
+-- Jobs newest first, keyset-paginated by id (:before: the last id of the page before),
+-- each filter NULL for none: a queue (its partitions too), task, status, key, created
+-- from :since to :until (seconds since the epoch), and the queues a key may see (:only, a
+-- JSON list: only these; :hide: none of these).
+SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
+       backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
+       finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
+       retry_on_lost, expires_at, limit_key
+FROM plunder_jobs
+WHERE (:queue IS NULL OR queue = :queue
+       OR substr(queue, 1, length(:queue) + 1) = :queue || '~')
+  AND (:status IS NULL OR status = :status)
+  AND (:task IS NULL OR task = :task)
+  AND (:key IS NULL OR key = :key)
+  AND (:since IS NULL OR created_at >= :since)
+  AND (:until IS NULL OR created_at < :until)
+  AND (:only IS NULL OR (CASE WHEN instr(queue, '~') > 0
+                              THEN substr(queue, 1, instr(queue, '~') - 1) ELSE queue END)
+                        IN (SELECT value FROM json_each(:only)))
+  AND (:hide IS NULL OR (CASE WHEN instr(queue, '~') > 0
+                              THEN substr(queue, 1, instr(queue, '~') - 1) ELSE queue END)
+                        NOT IN (SELECT value FROM json_each(:hide)))
+  AND (:before IS NULL OR id < :before)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: observe_running
+-- Each live session's running jobs, counted (plunder_jobs_running holds them by session).
+SELECT session_id, count(*) AS n FROM plunder_jobs
+WHERE status = 'running' AND session_id IS NOT NULL
+GROUP BY session_id;
 -- name: order_declare
 -- batch. The ordered keys a batch of jobs names (migration 20), with what a failure does
 -- as the latest enqueue says.

@@ -216,6 +216,13 @@ CREATE TABLE plunder_schedules (
     updated_at REAL NOT NULL
 );
 CREATE INDEX plunder_schedules_due ON plunder_schedules (next_at) WHERE paused = 0;
+-- Paused queues (migration 17): a claim takes no job of a queue listed here, nor of its
+-- partitions; stores read the table at most once a second (plunder.store.pauses).
+CREATE TABLE plunder_queue_pauses (
+    queue TEXT PRIMARY KEY,
+    paused_at REAL NOT NULL,
+    reason TEXT NOT NULL DEFAULT ''
+);
 
 -- Ordered keys (migration 20): see plunder.store.ordering.
 CREATE TABLE plunder_ordered (

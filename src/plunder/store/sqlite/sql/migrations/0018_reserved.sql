@@ -1,0 +1,2 @@
+-- plunder schema version 18: reserved for a change merged from another branch; empty
+-- here, so that versions stay numbered 1..n until that change is merged in its place.

@@ -534,7 +534,7 @@ UPDATE plunder_jobs
 SET status = 'cancelled',
     finished_at = COALESCE(%(now)s::timestamptz, statement_timestamp()),
     deadline_at = NULL
-WHERE id = %(job_id)s AND status IN ('pending', 'running')
+WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting')
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
           finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
@@ -784,7 +784,7 @@ RETURNING j.id, j.attempt, j.status, j.queue;
 -- A read of its own, so that nothing waits while it scans (with nothing to prune, the whole
 -- table).
 SELECT j.id FROM plunder_jobs AS j
-WHERE j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired')
+WHERE j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired', 'skipped')
   AND j.finished_at < COALESCE(%(now)s::timestamptz, statement_timestamp())
                       - %(older_than)s * interval '1 second'
 ORDER BY j.id
@@ -798,7 +798,7 @@ gone AS (
     DELETE FROM plunder_jobs AS j
     USING clock
     WHERE j.id = ANY(%(ids)s::bigint[])
-      AND j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired')
+      AND j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired', 'skipped')
       AND j.finished_at < clock.now - %(older_than)s * interval '1 second'
     RETURNING j.id
 ),

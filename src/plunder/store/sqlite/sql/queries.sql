@@ -316,7 +316,7 @@ WHERE j.id = :job_id AND j.attempt = :attempt AND j.session_id = :session_id
 -- name: job_cancel
 UPDATE plunder_jobs
 SET status = 'cancelled', finished_at = :now, deadline_at = NULL
-WHERE id = :job_id AND status IN ('pending', 'running')
+WHERE id = :job_id AND status IN ('pending', 'running', 'waiting')
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
           finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
@@ -531,7 +531,7 @@ RETURNING id, attempt, status, queue;
 -- read of its own, outside the write lock, which nobody else could take while it scans
 -- (with nothing to prune, the whole table).
 SELECT id FROM plunder_jobs
-WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired')
+WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired', 'skipped')
   AND finished_at < :now - :older_than
 ORDER BY id
 LIMIT :limit;
@@ -541,7 +541,7 @@ LIMIT :limit;
 -- and events go with them: foreign keys ON DELETE CASCADE).
 DELETE FROM plunder_jobs
 WHERE id IN (SELECT value FROM json_each(:ids))
-  AND status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired')
+  AND status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired', 'skipped')
   AND finished_at < :now - :older_than
 RETURNING id;
 

@@ -26,6 +26,7 @@ from plunder.errors import (
     StoreUnavailable,
     UnknownTask,
 )
+from plunder.flows import Flow, Workflow, call
 from plunder.model import (
     Claim,
     ErrorInfo,
@@ -57,6 +58,7 @@ __all__ = [
     "ConfigError",
     "Context",
     "ErrorInfo",
+    "Flow",
     "InvalidName",
     "InvalidTransition",
     "Job",
@@ -89,6 +91,8 @@ __all__ = [
     "StreamEvent",
     "Task",
     "UnknownTask",
+    "Workflow",
     "__version__",
+    "call",
     "open_store",
 ]

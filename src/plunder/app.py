@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, overload
 
 from plunder import config, errors, payload
+from plunder.graph import WorkflowState
 from plunder.hub import Hub
 from plunder.model import JobRecord, JobSpec, LimitState, Run, StreamEvent
 from plunder.states import Status, is_terminal
@@ -253,6 +254,14 @@ class App:
     def job(self, job_id: int) -> Job:
         """A handle on an existing job (JobNotFound if there is none)."""
         return Job(self, job_id, self.store.job_get(job_id))
+
+    def workflow(self, job_id: int) -> WorkflowState:  # plunder.flows
+        """The jobs (with their states) and edges of the workflow ``job_id`` is in."""
+        return self.store.flow_get(job_id)
+
+    def cancel_workflow(self, job_id: int) -> list[int]:
+        """Cancel the jobs of ``job_id``'s workflow not started yet; the ids cancelled."""
+        return self.store.flow_cancel(job_id)
 
     # -- limits (docs/guide/limits.md) ------------------------------------------------------
     def set_limit(self, key: str, ceiling: int | None, rate: str | None = None) -> LimitState:

@@ -155,6 +155,15 @@ class Context(JobIdentity):
         self.acknowledged = self.released = True
         raise errors.LimitPaused(f"limit {key!r} paused until {ends:%Y-%m-%d %H:%M:%S} UTC")
 
+    @property
+    def parent_results(self) -> dict[int, Any]:
+        """Each parent's result by job id, for a job of a workflow (None for a parent that
+        did not succeed); read from the database when asked (see plunder.flows)."""
+        read = getattr(self._store, "job_parent_results", None)
+        if read is None:
+            raise errors.ConfigError("ctx.parent_results needs a worker on the database")
+        return {job_id: result for job_id, (_, result) in read(self.job.id).items()}
+
     # -- cancellation ---------------------------------------------------------------------
     @property
     def cancelled(self) -> bool:

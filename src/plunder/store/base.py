@@ -42,6 +42,7 @@ from plunder.model import (
     TaskInfo,
     Unrunnable,
 )
+from plunder.store.flowing import FlowOps
 from plunder.store.limiting import LimitOps
 from plunder.store.partitioning import Partitioned
 
@@ -190,7 +191,7 @@ class TurnPipe(Protocol):
         ...
 
 
-class Store(LimitOps, Partitioned, Protocol):
+class Store(LimitOps, Partitioned, FlowOps, Protocol):
     dialect: str
     """``"sqlite"`` or ``"postgres"``."""
     url: str

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from plunder import access, policy
 from plunder.access import ApiKey
+from plunder.graph import Edge, Link, WorkflowState
 from plunder.model import (
     AckResult,
     Claim,
@@ -48,6 +49,7 @@ from plunder.store.acks import Acks
 from plunder.store.base import Notifications, TurnPipe
 from plunder.store.claims import Claims
 from plunder.store.driver import Driver, Now
+from plunder.store.edges import Edges
 from plunder.store.engine import Engine
 from plunder.store.enqueue import Enqueue
 from plunder.store.keys import Keys
@@ -110,6 +112,7 @@ class SQLStore:
         self.sessions = Sessions(self.engine, self.acks, self.maintenance, self.partitions)
         self.keys = Keys(self.engine)
         self.limits = Limits(self.engine)
+        self.edges = Edges(self.engine, self.enqueue, self.partitions)  # flow_*, edge_*
         self.borrowed = False  # a limited view's driver is its owner's to close
 
     @property
@@ -300,6 +303,24 @@ class SQLStore:
         self, *, queues: Sequence[str], tasks: Sequence[str], now: Now = None
     ) -> float | None:
         return self.engine.job_next_due(queues=queues, tasks=tasks, now=now)
+
+    # -- workflows (plunder.store.edges) ----------------------------------------------------
+    def flow_enqueue(
+        self, specs: Sequence[JobSpec], edges: Sequence[Edge], *, now: Now = None
+    ) -> list[int]:
+        return self.edges.flow_enqueue(specs, edges, now=now)
+
+    def flow_get(self, job_id: int) -> WorkflowState:
+        return self.edges.flow_get(job_id)
+
+    def flow_cancel(self, job_id: int, *, now: Now = None) -> list[int]:
+        return self.edges.flow_cancel(job_id, now=now)
+
+    def edge_list(self, job_ids: Sequence[int]) -> list[Link]:
+        return self.edges.edge_list(job_ids)
+
+    def job_parent_results(self, job_id: int) -> dict[int, tuple[str, Any]]:
+        return self.edges.job_parent_results(job_id)
 
     # -- partitioned queues (plunder.store.partitions) ---------------------------------------
     def partition_declare(self, queue: str, partitions: int) -> None:

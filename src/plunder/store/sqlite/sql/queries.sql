@@ -800,3 +800,71 @@ SELECT p.queue, p.partitions, p.generation, o.partition
 FROM plunder_partitions AS p
 LEFT JOIN plunder_partition_owners AS o ON o.queue = p.queue AND o.session_id = :session_id
 ORDER BY p.queue, o.partition;
+
+-- Workflows (plunder.store.edges, migration 19) ------------------------------------------
+
+-- name: edge_parents_mark
+-- The parents of a graph being enqueued get children: their rows are written (so a parent
+-- ending meanwhile waits for this transaction) and their status read.
+UPDATE plunder_jobs SET has_children = 1
+WHERE id IN (SELECT value FROM json_each(:ids))
+RETURNING id, status;
+
+-- name: edge_insert
+INSERT INTO plunder_edges (parent_id, child_id, on_failure)
+SELECT p.value, c.value, f.value
+FROM json_each(:parents) AS p
+JOIN json_each(:children) AS c ON c.key = p.key
+JOIN json_each(:policies) AS f ON f.key = p.key;
+
+-- name: edge_wait
+-- Fresh children with parents not ended: waiting for that many.
+UPDATE plunder_jobs SET status = 'waiting', parents_left = :parents_left
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'pending';
+
+-- name: edge_doom
+-- Fresh children of a parent that ended other than succeeded, whose edge skips or fails
+-- them: they end at once, never run.
+UPDATE plunder_jobs SET status = :status, finished_at = :now, error = :error
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'pending';
+
+-- name: edge_list
+-- The edges into or out of these jobs.
+SELECT parent_id, child_id, on_failure FROM plunder_edges
+WHERE parent_id IN (SELECT value FROM json_each(:ids))
+UNION
+SELECT parent_id, child_id, on_failure FROM plunder_edges
+WHERE child_id IN (SELECT value FROM json_each(:ids))
+ORDER BY parent_id, child_id;
+
+-- name: edge_parent_results
+-- What a child's parents ended with: each parent's status and result.
+SELECT e.parent_id AS id, j.status, j.result
+FROM plunder_edges AS e JOIN plunder_jobs AS j ON j.id = e.parent_id
+WHERE e.child_id = :job_id
+ORDER BY e.parent_id;
+
+-- name: flow_jobs
+-- Every job of the workflow a job belongs to: those its edges join it to, either way.
+WITH RECURSIVE member(id) AS (
+    SELECT :job_id
+    UNION
+    SELECT e.child_id FROM plunder_edges AS e JOIN member AS m ON e.parent_id = m.id
+    UNION
+    SELECT e.parent_id FROM plunder_edges AS e JOIN member AS m ON e.child_id = m.id
+)
+SELECT j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.status, j.attempt,
+       j.max_attempts, j.timeout, j.backoff_base, j.backoff_cap, j.retry_on_timeout, j.key,
+       j.run_at, j.created_at, j.started_at, j.finished_at, j.deadline_at, j.session_id,
+       j.result, j.error, j.failed_sessions, j.losses, j.retry_on_lost, j.expires_at,
+       j.limit_key
+FROM plunder_jobs AS j JOIN member AS m ON j.id = m.id
+ORDER BY j.id;
+
+-- name: flow_cancel
+-- The jobs of a workflow not started yet end cancelled; those running run on. Their
+-- children settle as each edge says (plunder_jobs_settle).
+UPDATE plunder_jobs
+SET status = 'cancelled', finished_at = :now, deadline_at = NULL, error = :error
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('pending', 'waiting')
+RETURNING id, queue, status, limit_key;

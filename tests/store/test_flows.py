@@ -61,7 +61,7 @@ def test_a_diamond_runs_in_order_and_d_sees_b_and_c(store: Store) -> None:
 )
 def test_a_failing_b_with_each_policy(store: Store, policy: str, ends: Status) -> None:
     edges = [Edge(0, 1), Edge(0, 2), Edge(1, 3, policy), Edge(2, 3, policy)]
-    a, b, c, d = store.flow_enqueue(_specs(4), edges)
+    _, b, c, d = store.flow_enqueue(_specs(4), edges)
     session = open_session(store)
     (got,) = claim(store, session)
     complete(store, got.claim, "a")

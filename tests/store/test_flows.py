@@ -4,14 +4,17 @@ and bad graphs refused before anything is stored."""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from plunder import errors
 from plunder.graph import Edge
-from plunder.model import ErrorInfo, Failure, JobSpec
+from plunder.model import Completion, ErrorInfo, Failure, JobSpec
 from plunder.states import Status
 from plunder.store import Store
-from tests.store.helpers import claim, complete, open_session
+from tests.store.helpers import claim, complete, open_session, raw_connect
 
 DIAMOND = [Edge(0, 1), Edge(0, 2), Edge(1, 3), Edge(2, 3)]
 
@@ -151,3 +154,30 @@ def test_bad_graphs_are_refused_and_store_nothing(store: Store) -> None:
     with pytest.raises(ValueError, match="cannot have an idempotency key"):
         store.flow_enqueue([JobSpec("t"), JobSpec("t", key="k")], [Edge(0, 1)])
     assert store.job_list(limit=1000).jobs == before
+
+
+def test_parents_ending_at_once_in_two_transactions_release_the_child_once(
+    store: Store, store_url: str
+) -> None:
+    """B's completion is held open in a transaction of its own while C's commits in
+    another: C's waits for B's (the child's row), and the child counts both."""
+    _a, b, c, d = store.flow_enqueue(_specs(4), DIAMOND)
+    session = open_session(store)
+    complete(store, claim(store, session)[0].claim, "a")
+    by_id = {j.id: j for j in claim(store, session)}
+    conn = raw_connect(store_url)
+    try:
+        if store_url.startswith("sqlite"):
+            conn.execute("BEGIN IMMEDIATE")
+        ack = store.job_complete_many([Completion(by_id[b].claim, "b")], conn=conn)
+        assert ack.accepted
+        with ThreadPoolExecutor(1) as pool:
+            other = pool.submit(store.job_complete_many, [Completion(by_id[c].claim, "c")])
+            time.sleep(0.3)  # let it reach the lock B's transaction holds
+            assert not other.done()
+            conn.commit() if not store_url.startswith("sqlite") else conn.execute("COMMIT")
+            assert other.result(timeout=30).accepted
+    finally:
+        conn.close()
+    (got,) = claim(store, session)
+    assert got.id == d and store.job_get(d).status == Status.RUNNING

@@ -290,3 +290,9 @@ def provider_call(ctx: plunder.Context, pause: float) -> int:
     if pause and ctx.attempt == 1:
         ctx.pause_limit(seconds=pause)
     return ctx.attempt
+
+
+@app.task(name="gather")
+def gather(ctx: plunder.Context, tag: str) -> list[object]:
+    """A workflow's job: its tag, then each parent's id and result in id order."""
+    return [tag, [[job_id, result] for job_id, result in sorted(ctx.parent_results.items())]]

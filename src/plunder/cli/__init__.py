@@ -12,7 +12,17 @@ queues), and print through ``output``.
 
 from __future__ import annotations
 
-from plunder.cli import database, gateway, jobs, limits, partitions, run, showcase, workers
+from plunder.cli import (
+    database,
+    gateway,
+    jobs,
+    limits,
+    partitions,
+    run,
+    showcase,
+    workers,
+    workflow,
+)
 from plunder.cli.root import main
 
 __all__ = ["main"]
@@ -29,6 +39,7 @@ for command in (
     jobs.job,
     jobs.cancel,
     jobs.retry,
+    workflow.workflow,
     gateway.serve,
     gateway.keys,
     limits.limits,

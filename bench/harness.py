@@ -39,6 +39,10 @@ Scenarios:
     one killed and one added, 3 times (1 with --quick): time to full ownership after each,
     jobs of a killed owner's partitions stolen before the rebalance, double claims.
     Run only when named, ``--scenarios 12``
+ 15 workflows (bench.systems.plunder_flows), one worker: a child's latency from its last
+    parent's acknowledgement (finished_at) to its first line, beside plain enqueue→first
+    line in the same run; a fan-out and fan-in of 10,000 jobs (1,000 with --quick), its
+    jobs/s and its one enqueue's time. Run only when named, ``--scenarios 15``
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ MEASUREMENTS: dict[str, tuple[str, dict[str, Any]]] = {
     "limits": ("limits", {}),
     **{f"fleet_{n}": ("fleet", {"workers": n}) for n in (1, 2, 4, 8, 16)},
     "rebalance": ("rebalance", {"workers": 8}),
+    "flows": ("flows", {}),
 }
 PG_SCENARIOS = {
     "1": ["enqueue"],
@@ -113,8 +118,9 @@ POOL_SCENARIO = {"8": ["pool"]}  # pool_jobs no-op jobs, -c 8: threads vs the wa
 FLEET_SCENARIO = {"9": [f"fleet_{n}" for n in (1, 2, 4, 8, 16)]}
 LIMITS_SCENARIO = {"11": ["limits"]}
 PARTITIONS_SCENARIO = {"12": ["rebalance"]}  # 8 workers: only when --scenarios names it
+FLOWS_SCENARIO = {"15": ["flows"]}
 # too long for every run: only when --scenarios names them
-NAMED_ONLY = frozenset(FLEET_SCENARIO | LIMITS_SCENARIO | PARTITIONS_SCENARIO)
+NAMED_ONLY = frozenset(FLEET_SCENARIO | LIMITS_SCENARIO | PARTITIONS_SCENARIO | FLOWS_SCENARIO)
 SERIAL = "-c 100 --depth 1"
 SYSTEMS = {
     s.name: s
@@ -123,7 +129,12 @@ SYSTEMS = {
             "plunder_pg",
             "pg",
             False,
-            PG_SCENARIOS | POOL_SCENARIO | FLEET_SCENARIO | LIMITS_SCENARIO | PARTITIONS_SCENARIO,
+            PG_SCENARIOS
+            | POOL_SCENARIO
+            | FLEET_SCENARIO
+            | LIMITS_SCENARIO
+            | PARTITIONS_SCENARIO
+            | FLOWS_SCENARIO,
             "production defaults (fencing, run history, wake-ups, session expiry 5 s, "
             "janitor 1 s); worker `-c 300` (turns sent ahead, each claiming up to 100, a "
             "third of the slots); scenario 8 with `-c 8`, tasks on threads; scenario 9 "
@@ -196,7 +207,7 @@ SYSTEMS = {
             "plunder_sqlite",
             "sqlite",
             False,
-            SQLITE_SCENARIOS | LIMITS_SCENARIO | PARTITIONS_SCENARIO,
+            SQLITE_SCENARIOS | LIMITS_SCENARIO | PARTITIONS_SCENARIO | FLOWS_SCENARIO,
             "production defaults, synchronous=FULL; worker `-c 100`; scenario 11 with "
             "`-c 50` per worker process",
         ),
@@ -316,6 +327,8 @@ def params_for(options: Options, measurement: str, url: str, workdir: Path) -> P
         p.workers = overrides["workers"]
     if measurement == "pool":
         p.jobs = sizes.pool_jobs
+    if measurement == "flows":
+        p.extra.setdefault("fan", 1_000 if options.quick else 10_000)
     if measurement.startswith("fleet_"):
         p.jobs, p.batch, p.idle = sizes.fleet_jobs, sizes.fleet_batch, sizes.fleet_idle
     if "deep" in overrides:

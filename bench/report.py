@@ -40,6 +40,11 @@ MEDIAN_KEYS = (
     "ratio",
     "ratio_unlimited",
     "most_at_once",
+    "enqueue_seconds",
+    "plain_p50",
+    "plain_p99",
+    "child_p50",
+    "child_p99",
 )
 COLUMNS = [
     ("enqueue", "enqueue (jobs/s)"),
@@ -56,6 +61,7 @@ COLUMNS = [
     ("sessions", "200 idle remote sessions: gateway's connections, memory each"),
     ("limits", "beside a limit of 10, 4 procs -c 50: no-ops/s, × alone, most at once"),
     ("rebalance", "partitions: kill→owned / expiry→owned / join→owned (s), stolen, double"),
+    ("flows", "workflows: ack→child p50/p99, beside enqueue→first line p50/p99 (ms); fan jobs/s"),
 ]
 LATENCIES = ("latency", "first_line")
 FLEET_PREFIX = "fleet_"  # fleet_1 … fleet_16: scenario 9, one measurement per process count
@@ -91,6 +97,14 @@ def summary(result: dict[str, Any]) -> str:
         return f"error: {result['error']}"
     if "p50" in result:
         return f"p50 {result['p50']:.1f} ms, p95 {result['p95']:.1f} ms, p99 {result['p99']:.1f} ms"
+    if "child_p50" in result:
+        return (
+            f"last parent's ack→child's first line p50 {result['child_p50']:.1f} ms, p99 "
+            f"{result['child_p99']:.1f} ms; enqueue→first line p50 {result['plain_p50']:.1f} "
+            f"ms, p99 {result['plain_p99']:.1f} ms; fan-out/in of {result['fan']:,}: "
+            f"{result['rate']:,.0f} jobs/s in {result['seconds']:.2f}s (enqueue "
+            f"{result['enqueue_seconds']:.2f}s)"
+        )
     if "ratio" in result:
         return (
             f"{result['rate']:,.0f} jobs/s beside the limit, {result['rate_alone']:,.0f} alone "
@@ -127,6 +141,11 @@ def cell(m: dict[str, Any] | None, measurement: str) -> str:
         return f"{m['connections']:.0f} conns, {m['kib_per_session']:.0f} KiB each"
     if measurement == "limits":
         return f"{m['rate']:,.0f}, ×{m['ratio']:.2f}, {m['most_at_once']:.0f}"
+    if measurement == "flows":
+        return (
+            f"{m['child_p50']:.1f}/{m['child_p99']:.1f} beside "
+            f"{m['plain_p50']:.1f}/{m['plain_p99']:.1f}; {m['rate']:,.0f}"
+        )
     return f"{m['rate']:,.0f}"
 
 

@@ -371,7 +371,15 @@ def limits(p: Params) -> dict[str, Any]:
     return plunder_limits.limits(p)
 
 
+def flows(p: Params) -> dict[str, Any]:
+    """Scenario 15 (bench.systems.plunder_flows): workflows' latency and a fan-out/in."""
+    from bench.systems import plunder_flows
+
+    return plunder_flows.flows(p)
+
+
 SCENARIOS = {
+    "flows": flows,
     "limits": limits,
     "pool": pool,
     "enqueue": enqueue,

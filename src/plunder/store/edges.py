@@ -72,11 +72,16 @@ class Edges:
             self._settle_fresh(tx, ids, ordered=ordered, into=into, found=found, now=now)
             if edges:
                 parents = [ids[e.parent] if e.new else e.parent for e in edges]
-                tx.all(
+                children = [ids[e.child] for e in edges]
+                policies = [e.on_failure for e in edges]
+                tx.all(  # the columns for PostgreSQL, the rows for SQLite
                     "edge_insert",
                     parents=self.engine.list_in(parents),
-                    children=self.engine.list_in([ids[e.child] for e in edges]),
-                    policies=self.engine.list_in([e.on_failure for e in edges]),
+                    children=self.engine.list_in(children),
+                    policies=self.engine.list_in(policies),
+                    rows=payload.encode(
+                        list(map(list, zip(parents, children, policies, strict=True)))
+                    ),
                 )
                 fresh = sorted({ids[e.parent] for e in edges if e.new})
                 if fresh:

@@ -811,11 +811,11 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING id, status;
 
 -- name: edge_insert
+-- :rows, a JSON array of [parent, child, policy] (one pass; PostgreSQL takes the three
+-- columns as arrays, which json_each would have to join by position)
 INSERT INTO plunder_edges (parent_id, child_id, on_failure)
-SELECT p.value, c.value, f.value
-FROM json_each(:parents) AS p
-JOIN json_each(:children) AS c ON c.key = p.key
-JOIN json_each(:policies) AS f ON f.key = p.key;
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]')
+FROM json_each(:rows);
 
 -- name: edge_wait
 -- Fresh children with parents not ended: waiting for that many.

@@ -26,29 +26,32 @@ CREATE INDEX plunder_edges_child ON plunder_edges (child_id, parent_id);
 -- ending at once in several transactions take turns on the child's row and none is lost.
 -- The trigger's WHEN clause keeps it off every job without children (decision 0011).
 CREATE FUNCTION plunder_jobs_settle() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE woken text[]; ended text;
 BEGIN
-    UPDATE plunder_jobs AS c
-    SET parents_left = c.parents_left - 1,
-        status = CASE WHEN NEW.status <> 'succeeded' AND e.on_failure = 'skip' THEN 'skipped'
-                      WHEN NEW.status <> 'succeeded' AND e.on_failure = 'fail' THEN 'failed'
-                      WHEN c.parents_left <= 1 THEN 'pending' ELSE 'waiting' END,
-        finished_at = CASE WHEN NEW.status <> 'succeeded' AND e.on_failure <> 'run'
-                           THEN COALESCE(NEW.finished_at, statement_timestamp())
-                           ELSE c.finished_at END,
-        error = CASE WHEN NEW.status <> 'succeeded' AND e.on_failure <> 'run'
-                     THEN json_build_object('type', 'plunder.ParentFailed', 'message',
-                                            'parent job ' || NEW.id || ' ended ' || NEW.status,
-                                            'traceback', '')::text
-                     ELSE c.error END
-    FROM plunder_edges AS e
-    WHERE e.parent_id = NEW.id AND c.id = e.child_id AND c.status = 'waiting';
-    PERFORM pg_notify('plunder_enqueued', q.queue)
-    FROM (SELECT DISTINCT c.queue FROM plunder_edges AS e JOIN plunder_jobs AS c
-          ON c.id = e.child_id WHERE e.parent_id = NEW.id AND c.status = 'pending') AS q;
-    PERFORM pg_notify('plunder_done', string_agg(c.id::text, ','))
-    FROM plunder_edges AS e JOIN plunder_jobs AS c ON c.id = e.child_id
-    WHERE e.parent_id = NEW.id AND c.status IN ('skipped', 'failed')
-    GROUP BY c.id / 300;
+    WITH settled AS (
+        UPDATE plunder_jobs AS c
+        SET parents_left = c.parents_left - 1,
+            status = CASE WHEN NEW.status <> 'succeeded' AND e.on_failure = 'skip' THEN 'skipped'
+                          WHEN NEW.status <> 'succeeded' AND e.on_failure = 'fail' THEN 'failed'
+                          WHEN c.parents_left <= 1 THEN 'pending' ELSE 'waiting' END,
+            finished_at = CASE WHEN NEW.status <> 'succeeded' AND e.on_failure <> 'run'
+                               THEN COALESCE(NEW.finished_at, statement_timestamp())
+                               ELSE c.finished_at END,
+            error = CASE WHEN NEW.status <> 'succeeded' AND e.on_failure <> 'run'
+                         THEN json_build_object('type', 'plunder.ParentFailed', 'message',
+                                                'parent job ' || NEW.id || ' ended '
+                                                || NEW.status, 'traceback', '')::text
+                         ELSE c.error END
+        FROM plunder_edges AS e
+        WHERE e.parent_id = NEW.id AND c.id = e.child_id AND c.status = 'waiting'
+        RETURNING c.id, c.queue, c.status
+    )
+    SELECT array_agg(DISTINCT queue) FILTER (WHERE status = 'pending'),
+           string_agg(id::text, ',') FILTER (WHERE status <> 'pending' AND status <> 'waiting')
+    INTO woken, ended FROM settled;
+    -- wake the workers of the queues with children pending now, and the children's waiters
+    IF woken IS NOT NULL THEN PERFORM pg_notify('plunder_enqueued', q) FROM unnest(woken) AS q; END IF;
+    IF ended IS NOT NULL THEN PERFORM pg_notify('plunder_done', ended); END IF;
     RETURN NULL;
 END
 $$;

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar, NoReturn, Protocol, TypeVar
 
-from plunder import errors, payload
+from plunder import errors, graph, payload
 from plunder.model import AckResult, Claim, Completion, JobRecord
 from plunder.protocol import WorkerProtocol
 
@@ -157,12 +157,8 @@ class Context(JobIdentity):
 
     @property
     def parent_results(self) -> dict[int, Any]:
-        """Each parent's result by job id, for a job of a workflow (None for a parent that
-        did not succeed); read from the database when asked (see plunder.flows)."""
-        read = getattr(self._store, "job_parent_results", None)
-        if read is None:
-            raise errors.ConfigError("ctx.parent_results needs a worker on the database")
-        return {job_id: result for job_id, (_, result) in read(self.job.id).items()}
+        """Each parent's result by job id, for a job of a workflow (see plunder.graph)."""
+        return graph.results_of(self._store, self.job.id)
 
     # -- cancellation ---------------------------------------------------------------------
     @property

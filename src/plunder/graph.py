@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from plunder import errors
 from plunder.model import JobRecord
 
 POLICIES = ("skip", "fail", "run")  # what a parent's failure does to its child; the default first
@@ -54,6 +55,15 @@ class WorkflowState:
 
     def children(self, job_id: int) -> list[int]:
         return [link.child_id for link in self.links if link.parent_id == job_id]
+
+
+def results_of(store: Any, job_id: int) -> dict[int, Any]:
+    """``ctx.parent_results``: each parent's result by job id (None for one that did not
+    succeed), read from the database when asked; a worker through a gateway has none."""
+    read = getattr(store, "job_parent_results", None)
+    if read is None:
+        raise errors.ConfigError("ctx.parent_results needs a worker connected to the database")
+    return {parent: result for parent, (_, result) in read(job_id).items()}
 
 
 def check_policy(policy: Any) -> str:

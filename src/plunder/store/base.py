@@ -43,10 +43,8 @@ from plunder.model import (
     Unrunnable,
 )
 from plunder.store.flowing import FlowOps
-from plunder.store.limiting import LimitOps
+from plunder.store.limiting import LimitOps, Now
 from plunder.store.partitioning import Partitioned
-
-Now = datetime | None
 
 
 class Notifications(Protocol):

@@ -71,18 +71,9 @@ class Edges:
                 )
             self._settle_fresh(tx, ids, ordered=ordered, into=into, found=found, now=now)
             if edges:
-                parents = [ids[e.parent] if e.new else e.parent for e in edges]
-                children = [ids[e.child] for e in edges]
-                policies = [e.on_failure for e in edges]
-                tx.all(  # the columns for PostgreSQL, the rows for SQLite
-                    "edge_insert",
-                    parents=self.engine.list_in(parents),
-                    children=self.engine.list_in(children),
-                    policies=self.engine.list_in(policies),
-                    rows=payload.encode(
-                        list(map(list, zip(parents, children, policies, strict=True)))
-                    ),
-                )
+                rows = [[ids[e.parent] if e.new else e.parent, ids[e.child], e.on_failure]
+                        for e in edges]  # fmt: skip
+                tx.all("edge_insert", rows=payload.encode(rows, what="edges"))
                 fresh = sorted({ids[e.parent] for e in edges if e.new})
                 if fresh:
                     tx.all("edge_parents_mark", ids=self.engine.list_in(fresh))

@@ -1172,8 +1172,10 @@ WHERE id = ANY(%(ids)s::bigint[])
 RETURNING id, status;
 
 -- name: edge_insert
+-- %(rows)s, a JSON array of [parent, child, policy]
 INSERT INTO plunder_edges (parent_id, child_id, on_failure)
-SELECT * FROM unnest(%(parents)s::bigint[], %(children)s::bigint[], %(policies)s::text[]);
+SELECT (r ->> 0)::bigint, (r ->> 1)::bigint, r ->> 2
+FROM jsonb_array_elements(%(rows)s::jsonb) AS r;
 
 -- name: edge_wait
 -- Fresh children with parents not ended: waiting for that many.

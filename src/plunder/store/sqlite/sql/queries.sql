@@ -811,8 +811,7 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING id, status;
 
 -- name: edge_insert
--- :rows, a JSON array of [parent, child, policy] (one pass; PostgreSQL takes the three
--- columns as arrays, which json_each would have to join by position)
+-- :rows, a JSON array of [parent, child, policy]
 INSERT INTO plunder_edges (parent_id, child_id, on_failure)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]')
 FROM json_each(:rows);

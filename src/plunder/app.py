@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, overload
 
-from plunder import config, errors, payload
+from plunder import adapters, config, errors, payload
 from plunder.graph import WorkflowState
 from plunder.hub import Hub
 from plunder.model import JobRecord, JobSpec, LimitState, Run, StreamEvent
@@ -199,6 +199,7 @@ class App:
     # -- producing ------------------------------------------------------------------------
     def enqueue_specs(self, specs: Sequence[JobSpec], *, conn: Any = None) -> list[Job]:
         self.declare_partitions()
+        conn = None if conn is None else adapters.dbapi_connection(conn)  # SQLAlchemy's too
         # handles need only ids (their attributes read the store): no record per job
         return [Job(self, job_id) for job_id in self.store.job_enqueue_ids(list(specs), conn=conn)]
 

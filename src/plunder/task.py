@@ -215,7 +215,8 @@ class Task:
         return await asyncio.to_thread(self.enqueue_many, list(calls))
 
     def enqueue_in(self, conn: Any, *args: Any, **kwargs: Any) -> Any:
-        """Enqueue inside the caller's open transaction on ``conn`` (sqlite3 or psycopg):
+        """Enqueue inside the caller's open transaction on ``conn`` (sqlite3, psycopg, or
+        a sync SQLAlchemy Connection or Session over one of them; see plunder.adapters):
         the job exists if and only if that transaction commits."""
         return self._producer().enqueue_specs([self.spec(args, kwargs)], conn=conn)[0]
 

@@ -19,7 +19,8 @@ EXAMPLES = ROOT / "examples"
 
 
 def test_every_example_is_run_by_a_test() -> None:
-    ran = {"streaming_llm.py", "web_orders.py", "pg_workers.py"}
+    # fastapi_orders.py: by tests/integrations/test_fastapi.py
+    ran = {"streaming_llm.py", "web_orders.py", "pg_workers.py", "fastapi_orders.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == ran
 
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from plunder import graph
+from plunder import errors, graph
 from plunder.app import App, Job
 from plunder.graph import Edge, WorkflowState
 from plunder.model import JobSpec
@@ -119,8 +119,14 @@ class Flow:
         ValueError for a cycle (nothing is stored then)."""
         if not self.specs:
             raise ValueError("an empty flow: add a job first")
+        store = self.app.store
+        if not hasattr(store, "flow_enqueue"):
+            raise errors.ConfigError(
+                f"workflows are enqueued on the database, not through {store.dialect}: "
+                "give the App the database's URL"
+            )
         self.app.declare_partitions()
-        ids = self.app.store.flow_enqueue(self.specs, self.edges)
+        ids = store.flow_enqueue(self.specs, self.edges)
         return Workflow(self.app, ids)
 
     def _add(self, step: Call, after: After, on_failure: str) -> Node:

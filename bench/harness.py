@@ -45,6 +45,10 @@ Scenarios:
  16 ordered keys: 4 workers (-c 50 each) on a queue of 8 partitions, keyed no-ops (100
     keys) drained unordered and ordered, alternating: both rates, their ratio, and runs of
     a key that overlapped or started out of order (must be 0). Only when named
+ 15 workflows (bench.systems.plunder_flows), one worker: a child's latency from its last
+    parent's acknowledgement (finished_at) to its first line, beside plain enqueue→first
+    line in the same run; a fan-out and fan-in of 10,000 jobs (1,000 with --quick), its
+    jobs/s and its one enqueue's time. Run only when named, ``--scenarios 15``
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ MEASUREMENTS: dict[str, tuple[str, dict[str, Any]]] = {
     "rebalance": ("rebalance", {"workers": 8}),
     "fairness": ("fairness", {"workers": 2}),
     "ordered": ("ordered", {}),
+    "flows": ("flows", {}),
 }
 PG_SCENARIOS = {
     "1": ["enqueue"],
@@ -122,10 +127,16 @@ FLEET_SCENARIO = {"9": [f"fleet_{n}" for n in (1, 2, 4, 8, 16)]}
 LIMITS_SCENARIO = {"11": ["limits"]}
 PARTITIONS_SCENARIO = {"12": ["rebalance"]}  # 8 workers: only when --scenarios names it
 FAIRNESS_SCENARIO = {"14": ["fairness"]}
+FLOWS_SCENARIO = {"15": ["flows"]}
 ORDERED_SCENARIO = {"16": ["ordered"]}
 # too long for every run: only when --scenarios names them
 NAMED_ONLY = frozenset(
-    FLEET_SCENARIO | LIMITS_SCENARIO | PARTITIONS_SCENARIO | FAIRNESS_SCENARIO | ORDERED_SCENARIO
+    FLEET_SCENARIO
+    | LIMITS_SCENARIO
+    | PARTITIONS_SCENARIO
+    | FAIRNESS_SCENARIO
+    | FLOWS_SCENARIO
+    | ORDERED_SCENARIO
 )
 SERIAL = "-c 100 --depth 1"
 SYSTEMS = {
@@ -141,6 +152,7 @@ SYSTEMS = {
             | LIMITS_SCENARIO
             | PARTITIONS_SCENARIO
             | FAIRNESS_SCENARIO
+            | FLOWS_SCENARIO
             | ORDERED_SCENARIO,
             "production defaults (fencing, run history, wake-ups, session expiry 5 s, "
             "janitor 1 s); worker `-c 300` (turns sent ahead, each claiming up to 100, a "
@@ -218,6 +230,7 @@ SYSTEMS = {
             | LIMITS_SCENARIO
             | PARTITIONS_SCENARIO
             | FAIRNESS_SCENARIO
+            | FLOWS_SCENARIO
             | ORDERED_SCENARIO,
             "production defaults, synchronous=FULL; worker `-c 100`; scenario 11 with "
             "`-c 50` per worker process",
@@ -342,6 +355,8 @@ def params_for(options: Options, measurement: str, url: str, workdir: Path) -> P
         p.jobs = sizes.pool_jobs
     if measurement == "fairness":
         p.jobs = sizes.fair_jobs
+    if measurement == "flows":
+        p.extra.setdefault("fan", 1_000 if options.quick else 10_000)
     if measurement.startswith("fleet_"):
         p.jobs, p.batch, p.idle = sizes.fleet_jobs, sizes.fleet_batch, sizes.fleet_idle
     if "deep" in overrides:

@@ -45,6 +45,11 @@ MEDIAN_KEYS = (
     "rate_unordered",
     "overlaps",
     "out_of_order",
+    "enqueue_seconds",
+    "plain_p50",
+    "plain_p99",
+    "child_p50",
+    "child_p99",
 )
 COLUMNS = [
     ("enqueue", "enqueue (jobs/s)"),
@@ -63,6 +68,7 @@ COLUMNS = [
     ("rebalance", "partitions: kill→owned / expiry→owned / join→owned (s), stolen, double"),
     ("fairness", "tenant b's p99 wait behind a's burst: plain / fair queue (ms)"),
     ("ordered", "ordered keys, 4 procs -c 50: jobs/s ordered / unordered, ×, overlaps"),
+    ("flows", "workflows: ack→child p50/p99, beside enqueue→first line p50/p99 (ms); fan jobs/s"),
 ]
 LATENCIES = ("latency", "first_line")
 FLEET_PREFIX = "fleet_"  # fleet_1 … fleet_16: scenario 9, one measurement per process count
@@ -113,6 +119,14 @@ def summary(result: dict[str, Any]) -> str:
             f"(ratio {result['ratio']:.2f}); overlaps {result['overlaps']}, out of order "
             f"{result['out_of_order']}"
         )
+    if "child_p50" in result:
+        return (
+            f"last parent's ack→child's first line p50 {result['child_p50']:.1f} ms, p99 "
+            f"{result['child_p99']:.1f} ms; enqueue→first line p50 {result['plain_p50']:.1f} "
+            f"ms, p99 {result['plain_p99']:.1f} ms; fan-out/in of {result['fan']:,}: "
+            f"{result['rate']:,.0f} jobs/s in {result['seconds']:.2f}s (enqueue "
+            f"{result['enqueue_seconds']:.2f}s)"
+        )
     if "ratio" in result:
         return (
             f"{result['rate']:,.0f} jobs/s beside the limit, {result['rate_alone']:,.0f} alone "
@@ -155,6 +169,11 @@ def cell(m: dict[str, Any] | None, measurement: str) -> str:
         return (
             f"{m['rate']:,.0f} / {m['rate_unordered']:,.0f}, ×{m['ratio']:.2f}, "
             f"{m['overlaps'] + m['out_of_order']:.0f}"
+        )
+    if measurement == "flows":
+        return (
+            f"{m['child_p50']:.1f}/{m['child_p99']:.1f} beside "
+            f"{m['plain_p50']:.1f}/{m['plain_p99']:.1f}; {m['rate']:,.0f}"
         )
     return f"{m['rate']:,.0f}"
 

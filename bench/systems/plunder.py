@@ -386,8 +386,16 @@ def ordered(p: Params) -> dict[str, Any]:
     return plunder_ordered.ordered(p)
 
 
+def flows(p: Params) -> dict[str, Any]:
+    """Scenario 15 (bench.systems.plunder_flows): workflows' latency and a fan-out/in."""
+    from bench.systems import plunder_flows
+
+    return plunder_flows.flows(p)
+
+
 SCENARIOS = {
     "fairness": fairness,
+    "flows": flows,
     "limits": limits,
     "ordered": ordered,
     "pool": pool,

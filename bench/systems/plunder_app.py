@@ -7,7 +7,7 @@ import time
 
 from bench.tasks import app
 
-__all__ = ["app", "clock", "hold"]
+__all__ = ["app", "clock", "hold", "wall"]
 
 
 @app.task(name="bench.hold", retries=3)
@@ -20,3 +20,10 @@ def clock() -> float:
     """When this task's first line ran, by time.monotonic(): one clock for every process on
     the machine, so the producer's own reading before its enqueue call compares with it."""
     return time.monotonic()
+
+
+@app.task(name="bench.wall", retries=0)
+def wall() -> float:
+    """When this task's first line ran, by time.time(): what a workflow's child compares
+    with its parent's finished_at, which the database stamped on the same machine."""
+    return time.time()

@@ -79,11 +79,7 @@ class Fleet:
         live = set(self.sessions.values())
         share = -(-PARTITIONS // len(live))
         counts = {s: owners.count(s) for s in live}
-        return (
-            len(owners) == PARTITIONS
-            and set(owners) <= live
-            and max(counts.values()) <= share
-        )
+        return len(owners) == PARTITIONS and set(owners) <= live and max(counts.values()) <= share
 
 
 def _produce(app: Any, stop: threading.Event, sent: list[int]) -> None:
@@ -129,9 +125,7 @@ def rebalance(p: Params) -> dict[str, Any]:
 def _cycle(fleet: Fleet, probe: Probe) -> dict[str, float]:
     before = {int(part): str(s) for part, s in probe.rows(OWNERS)}
     victim, killed = fleet.kill_one()
-    expires = _epoch(
-        probe.scalar("SELECT expires_at FROM plunder_sessions WHERE id = %s", victim)
-    )
+    expires = _epoch(probe.scalar("SELECT expires_at FROM plunder_sessions WHERE id = %s", victim))
     owned = wait_until(fleet.owned_evenly, timeout=60, interval=0.02, what="the rebalance")
     queues = [f"parts~{part}" for part, s in before.items() if s == victim]
     stolen = _started_between(probe, queues, killed, owned)
@@ -154,8 +148,7 @@ def _started_between(probe: Probe, queues: list[str], start: float, end: float) 
         return 0
     marks = ",".join(["%s"] * len(queues))
     found = probe.rows(
-        f"SELECT started_at FROM plunder_jobs WHERE queue IN ({marks}) "
-        "AND started_at IS NOT NULL",
+        f"SELECT started_at FROM plunder_jobs WHERE queue IN ({marks}) AND started_at IS NOT NULL",
         *queues,
     )
     times = [_epoch(value) for (value,) in found]

@@ -2,7 +2,7 @@
 
 import logging
 
-from plunder.app import App, Job
+from plunder.app import App
 from plunder.context import AsyncConnection, Context
 from plunder.errors import (
     AccessDenied,
@@ -26,6 +26,8 @@ from plunder.errors import (
     StoreUnavailable,
     UnknownTask,
 )
+from plunder.flows import Flow, Workflow, call
+from plunder.handle import Job
 from plunder.model import (
     Claim,
     ErrorInfo,
@@ -57,6 +59,7 @@ __all__ = [
     "ConfigError",
     "Context",
     "ErrorInfo",
+    "Flow",
     "InvalidName",
     "InvalidTransition",
     "Job",
@@ -89,6 +92,8 @@ __all__ = [
     "StreamEvent",
     "Task",
     "UnknownTask",
+    "Workflow",
     "__version__",
+    "call",
     "open_store",
 ]

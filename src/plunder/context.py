@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar, NoReturn, Protocol, TypeVar
 
-from plunder import errors, payload
+from plunder import errors, graph, payload
 from plunder.model import AckResult, Claim, Completion, JobRecord
 from plunder.protocol import WorkerProtocol
 
@@ -154,6 +154,11 @@ class Context(JobIdentity):
         ends = self._store.job_pause_limit(self.claim, key, max(0.0, seconds))
         self.acknowledged = self.released = True
         raise errors.LimitPaused(f"limit {key!r} paused until {ends:%Y-%m-%d %H:%M:%S} UTC")
+
+    @property
+    def parent_results(self) -> dict[int, Any]:
+        """Each parent's result by job id, for a job of a workflow (see plunder.graph)."""
+        return graph.results_of(self._store, self.job.id)
 
     # -- cancellation ---------------------------------------------------------------------
     @property

@@ -10,7 +10,11 @@
    └── retry from failed / timed_out / cancelled / expired
  pending or running ── cancel ──▶ cancelled
  pending, not started by its start-by deadline ── expire ──▶ expired
+ waiting ── every parent ended ──▶ pending, or skipped / failed by a parent's failure
 ```
+
+The last transition is not a query: the trigger of migration 19 (plunder_jobs_settle)
+makes it when a parent ends, guarded by the child's ``waiting``; see plunder.flows.
 
 A failed, timed-out or lost attempt is retried only if its policy says so (``no_retry``,
 ``retry_on_timeout``, ``retry_on_lost``; see plunder.task.Options); otherwise it ends at
@@ -36,6 +40,9 @@ class Status(StrEnum):
     TIMED_OUT = "timed_out"
     CANCELLED = "cancelled"
     EXPIRED = "expired"  # no attempt started by its start-by deadline (expires_in); runs no more
+    # workflows (plunder.flows): waiting for its parents; skipped by a parent's failure
+    WAITING = "waiting"
+    SKIPPED = "skipped"
 
 
 class Outcome(StrEnum):
@@ -51,9 +58,10 @@ class Outcome(StrEnum):
 
 
 TERMINAL: frozenset[Status] = frozenset(
-    {Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT, Status.CANCELLED, Status.EXPIRED}
-)
-ACTIVE: frozenset[Status] = frozenset({Status.PENDING, Status.RUNNING})
+    {Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT, Status.CANCELLED, Status.EXPIRED,
+     Status.SKIPPED}
+)  # fmt: skip
+ACTIVE: frozenset[Status] = frozenset({Status.PENDING, Status.RUNNING, Status.WAITING})
 
 TRANSITIONS: dict[str, tuple[frozenset[Status], Status | None]] = {
     # operation: (states it may start from, state it ends in; None = depends on attempts left)
@@ -64,7 +72,7 @@ TRANSITIONS: dict[str, tuple[frozenset[Status], Status | None]] = {
     "time_out": (frozenset({Status.RUNNING}), None),  # pending or timed_out
     "release": (frozenset({Status.RUNNING}), Status.PENDING),
     "abandon": (frozenset({Status.RUNNING}), Status.TIMED_OUT),  # stopped, retry_on_lost off
-    "cancel": (frozenset({Status.PENDING, Status.RUNNING}), Status.CANCELLED),
+    "cancel": (frozenset({Status.PENDING, Status.RUNNING, Status.WAITING}), Status.CANCELLED),
     "expire": (frozenset({Status.PENDING}), Status.EXPIRED),
     "retry": (
         frozenset({Status.FAILED, Status.TIMED_OUT, Status.CANCELLED, Status.EXPIRED}),

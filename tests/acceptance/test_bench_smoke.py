@@ -196,3 +196,22 @@ def test_bench_measures_the_gateway(tmp_path: Path) -> None:
     sessions = medians["sessions"]
     assert "error" not in sessions, (sessions, lines)
     assert sessions["live"] == 20 and 1 <= sessions["connections"] <= 10
+
+
+def test_the_workflows_scenario_measures_children_and_a_fan(
+    empty_url: str, tmp_path: Path, backend: str
+) -> None:
+    """Scenario 15 at a tiny size, through the runner as the harness starts it: a real
+    worker, children timed from their parent's acknowledgement, and a fan-out/in."""
+    system = "plunder_pg" if backend == "postgres" else "plunder_sqlite"
+    sizes = harness.Sizes(rate=20.0, seconds=0.5, timeout=60.0)
+    options = harness.Options(sizes=sizes, extra={"fan": 50})
+    params = harness.params_for(options, "flows", empty_url, tmp_path)
+    log = tmp_path / "bench.log"
+    result = harness.run_one(harness.SYSTEMS[system], "flows", params, log)
+    assert "error" not in result, (result, log.read_text())
+    assert result["fan"] == 50 and result["rate"] > 0
+    assert result["child_samples"] == result["plain_samples"] == 10
+    assert 0 <= result["child_p50"] <= result["child_p99"]
+    assert result["enqueue_seconds"] < result["seconds"]
+    assert "flows" not in [m for _, m in harness.plan(harness.Options(systems=[system]))]

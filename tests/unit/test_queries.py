@@ -148,6 +148,12 @@ def test_postgres_sql_uses_no_notify_advisory_locks_unlogged_tables_or_triggers(
         "queries.sql:job_exchange",
     ):
         assert [word for word, _ in found] == ["pg_notify"]
+    elif where in ("schema.sql", "0019_workflows.sql"):
+        # the one trigger, settling a workflow's children (decision 0011): its wake-ups,
+        # like the queries' above, are sent where the database delivers them
+        assert {word.lower() for word, _ in found} == {"trigger", "pg_notify"}
+        made = re.findall(r"CREATE TRIGGER (\w+)", code(postgres_sql()[where]))
+        assert made == ["plunder_jobs_settle"]
     else:
         assert found == []
 

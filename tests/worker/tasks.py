@@ -298,3 +298,9 @@ def ordered_in_transaction(ctx: plunder.Context, i: int) -> int:
     with ctx.transaction(result=i):
         pass
     return i
+
+
+@app.task(name="gather")
+def gather(ctx: plunder.Context, tag: str) -> list[object]:
+    """A workflow's job: its tag, then each parent's id and result in id order."""
+    return [tag, [[job_id, result] for job_id, result in sorted(ctx.parent_results.items())]]

@@ -25,6 +25,7 @@ from plunder.cli import (
     schedules,
     showcase,
     workers,
+    workflow,
 )
 from plunder.cli.root import main
 
@@ -43,6 +44,7 @@ for command in (
     jobs.job,
     jobs.cancel,
     jobs.retry,
+    workflow.workflow,
     gateway.serve,
     gateway.keys,
     limits.limits,

@@ -12,10 +12,10 @@ from rich.table import Table
 from rich.text import Text
 
 from plunder import errors, payload
-from plunder.app import Job
-from plunder.cli import follow
+from plunder.cli import follow, workflow
 from plunder.cli.output import emit_json, err, json_option, literal, out, plain, user_errors
 from plunder.cli.state import State, pass_state
+from plunder.handle import Job
 from plunder.model import JobRecord, Run
 
 JOB_FIELDS = (
@@ -202,11 +202,15 @@ def job(state: State, job_id: int, follow: bool, no_progress: bool, as_json: boo
             _follow(state, job_id, as_json, progress=not no_progress and sys.stderr.isatty())
             return
         record, runs = store.job_get(job_id), store.job_runs(job_id)
+        family = workflow.relatives(store, job_id)  # a workflow's parents and children
         if as_json:
-            emit_json({"job": record, "runs": runs})
+            emit_json({"job": record, "runs": runs, **family})
             return
         for field in JOB_FIELDS:
             out.print(_field_line(field, plain(getattr(record, field))))
+        for name, ids in family.items():
+            if ids:
+                out.print(_field_line(name, ", ".join(map(str, ids))))
         if record.error:
             message = f"{record.error.get('type')}: {record.error.get('message')}"
             out.print(_field_line("error", message))

@@ -16,7 +16,8 @@ from typing import Any
 
 from starlette.responses import StreamingResponse
 
-from plunder.app import App, Job
+from plunder.app import App
+from plunder.handle import Job
 from plunder.model import StreamEvent
 
 

@@ -21,7 +21,6 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from plunder import errors, wire
 from plunder.access import ApiKey, Role
-from plunder.app import Job
 from plunder.gateway.auth import KEY_TTL, Refused
 from plunder.gateway.server import (
     MAX_WAIT,
@@ -32,6 +31,7 @@ from plunder.gateway.server import (
     key_of,
     number,
 )
+from plunder.handle import Job
 from plunder.model import JobRecord, JobSpec
 from plunder.states import is_terminal
 from plunder.streaming import StreamReader

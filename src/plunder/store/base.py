@@ -43,8 +43,7 @@ from plunder.model import (
     Unrunnable,
 )
 from plunder.store.features import Features
-
-Now = datetime | None
+from plunder.store.limiting import Now
 
 
 class Notifications(Protocol):

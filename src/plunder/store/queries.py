@@ -151,15 +151,20 @@ def migrations(dialect: str) -> list[tuple[int, str, str]]:
 def statements(script: str) -> list[str]:
     """Split a DDL script into statements: each ends with ';' at the end of a line.
 
-    Migrations hold plain DDL (no function bodies, no triggers), so this is enough; a
-    statement that needs an inner ';' at a line end would have to be written differently.
+    Migrations hold plain DDL, but for the one function body (between ``$$`` lines) and
+    trigger body (``BEGIN`` to ``END;``, SQLite) of migration 19, whose inner statements
+    do not end theirs.
     """
     lines = [line for line in script.splitlines() if not line.lstrip().startswith("--")]
     out: list[str] = []
     current: list[str] = []
+    quoted = body = False  # within a function's $$ quotes, within a trigger's body
     for line in lines:
         current.append(line)
-        if line.rstrip().endswith(";"):
+        word = line.strip().upper()
+        quoted ^= line.count("$$") % 2 == 1
+        body = (body or word == "BEGIN") and not quoted and word != "END;"
+        if not (quoted or body) and line.rstrip().endswith(";"):
             out.append("\n".join(current).strip().rstrip(";"))
             current = []
     rest = "\n".join(current).strip()

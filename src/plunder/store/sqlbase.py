@@ -16,14 +16,13 @@ another's private members. A driver package builds its store (``SqliteStore``,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
-from plunder import access, cron, errors, policy
+from plunder import access, policy
 from plunder.access import ApiKey
-from plunder.cron import Schedule, ScheduleSpec, Tick
 from plunder.model import (
     AckResult,
     Claim,
@@ -35,8 +34,6 @@ from plunder.model import (
     JobRecord,
     JobSpec,
     Lease,
-    LimitState,
-    PartitionedQueue,
     QueueStats,
     Run,
     Session,
@@ -49,21 +46,21 @@ from plunder.store.acks import Acks
 from plunder.store.base import Notifications, TurnPipe
 from plunder.store.claims import Claims
 from plunder.store.driver import Driver, Now
+from plunder.store.edges import Edges
 from plunder.store.engine import Engine
 from plunder.store.enqueue import Enqueue
 from plunder.store.fairness import Fairness
-from plunder.store.fairqueues import FairGroup
 from plunder.store.keys import Keys
 from plunder.store.limits import Limits
 from plunder.store.maintenance import Maintenance
 from plunder.store.observing import Observing
 from plunder.store.ordering import Ordering
-from plunder.store.partitioning import OrderedKey
 from plunder.store.partitions import Partitions
 from plunder.store.pauses import PausedPipe, Pauses
 from plunder.store.reads import Reads
-from plunder.store.schedules import MakeJob, Schedules
+from plunder.store.schedules import Schedules
 from plunder.store.sessions import Sessions
+from plunder.store.sqlfeatures import FeatureOps
 
 __all__ = ["SQLStore", "Turns"]
 
@@ -93,7 +90,7 @@ class Turns(Protocol):
     fair: Callable[[Sequence[str]], bool]
 
 
-class SQLStore:
+class SQLStore(FeatureOps):
     """Every operation of :class:`plunder.store.base.Store`, delegated to its parts.
     ``turns``: made from the engine and the acknowledgements, where the dialect has its
     own (PostgreSQL)."""
@@ -128,6 +125,7 @@ class SQLStore:
         self.schedules = Schedules(self.engine, self.maintenance, self.enqueue, self.partitions)
         self.pauses = Pauses(self.engine)  # paused queues, left out of every claim
         self.observing = Observing(self.engine)  # the dashboard's reads
+        self.edges = Edges(self.engine, self.enqueue, self.partitions)  # flow_*, edge_*
         self.borrowed = False  # a limited view's driver is its owner's to close
 
     @property
@@ -324,42 +322,6 @@ class SQLStore:
         queues = self.pauses.unpaused(queues)
         return self.engine.job_next_due(queues=queues, tasks=tasks, now=now) if queues else None
 
-    # -- fair queues (plunder.store.fairness) ------------------------------------------------
-    def fair_declare(self, queue: str, weights: Mapping[str, float] | None = None) -> None:
-        if queue in self.partitions.partition_counts(fresh=0):
-            raise errors.ConfigError(f"queue {queue!r} is partitioned: it cannot be fair too")
-        self.fairness.fair_declare(queue, weights)
-
-    def fair_queues(self, *, fresh: float = 5.0) -> dict[str, dict[str, float]]:
-        return self.fairness.fair_queues(fresh=fresh)
-
-    def fair_group_list(self) -> list[FairGroup]:
-        return self.fairness.fair_group_list()
-
-    def fair_prune_many(self, *, now: Now = None) -> tuple[int, int]:
-        return self.fairness.fair_prune_many(now=now)
-
-    # -- partitioned queues (plunder.store.partitions) ---------------------------------------
-    def partition_declare(
-        self, queue: str, partitions: int, *, ordered: bool | str | None = None
-    ) -> None:
-        self.partitions.partition_declare(queue, partitions, ordered=ordered)
-
-    def order_release(self, key: str, *, now: Now = None) -> bool:
-        return self.ordering.order_release(key, now=now)
-
-    def order_list(self) -> list[OrderedKey]:
-        return self.ordering.order_list()
-
-    def partition_counts(self, *, fresh: float = 5.0) -> dict[str, int]:
-        return self.partitions.partition_counts(fresh=fresh)
-
-    def partition_list(self) -> list[PartitionedQueue]:
-        return self.partitions.partition_list()
-
-    def partition_assign_many(self, lease: Lease, *, now: Now = None) -> list[str]:
-        return self.partitions.partition_assign_many(lease, now=now)
-
     # -- janitor -------------------------------------------------------------------------
     def lease_acquire(self, name: str, holder: str, ttl: float, *, now: Now = None) -> Lease | None:
         return self.maintenance.lease_acquire(name, holder, ttl, now=now)
@@ -455,56 +417,3 @@ class SQLStore:
 
     def queue_stats(self, *, now: Now = None) -> list[QueueStats]:
         return self.reads.queue_stats(now=now)
-
-    # -- limits ----------------------------------------------------------------------------
-    def limit_admit_many(self, keys: Collection[str], *, now: Now = None) -> int:
-        return self.limits.limit_admit_many(keys, now=now)
-
-    def limit_admit_due(self, *, now: Now = None) -> int:
-        return self.limits.limit_admit_due(now=now)
-
-    def limit_set(
-        self, key: str, ceiling: int | None, rate: str | None = None, *, now: Now = None
-    ) -> LimitState:
-        return self.limits.limit_set(key, ceiling, rate, now=now)
-
-    def limit_pause(self, key: str, seconds: float, *, now: Now = None) -> datetime:
-        return self.limits.limit_pause(key, seconds, now=now)
-
-    def job_pause_limit(
-        self, claim: Claim, key: str, seconds: float, *, now: Now = None
-    ) -> datetime:
-        return self.limits.pause_claim(claim, key, seconds, self.acks.release, now=now)
-
-    def limit_resume(self, key: str, *, now: Now = None) -> bool:
-        return self.limits.limit_resume(key, now=now)
-
-    def limit_list(self, *, now: Now = None) -> list[LimitState]:
-        return self.limits.limit_list(now=now)
-
-    # -- schedules (plunder.store.schedules) ------------------------------------------------
-    def schedule_upsert(self, spec: ScheduleSpec, *, now: Now = None) -> Schedule:
-        return self.schedules.schedule_upsert(spec, now=now)
-
-    def schedule_get(self, name: str) -> Schedule:
-        return self.schedules.schedule_get(name)
-
-    def schedule_list(self) -> list[Schedule]:
-        return self.schedules.schedule_list()
-
-    def schedule_pause(self, name: str, paused: bool, *, now: Now = None) -> Schedule:
-        return self.schedules.schedule_pause(name, paused, now=now)
-
-    def schedule_remove(self, name: str) -> bool:
-        return self.schedules.schedule_remove(name)
-
-    def schedule_tick_many(
-        self,
-        lease: Lease,
-        make: MakeJob,
-        *,
-        grace: float = cron.GRACE,
-        limit: int = cron.TICKS_PER_PASS,
-        now: Now = None,
-    ) -> list[Tick]:
-        return self.schedules.schedule_tick_many(lease, make, grace=grace, limit=limit, now=now)

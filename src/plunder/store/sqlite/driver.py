@@ -116,6 +116,8 @@ class SqliteDriver:
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA foreign_keys=ON")
+            # a workflow's skipped child settles its own children (plunder_jobs_settle)
+            conn.execute("PRAGMA recursive_triggers=ON")
         except sqlite3.Error as exc:
             conn.close()
             translated = self.translate(exc) or errors.StoreError(str(exc))

@@ -535,7 +535,7 @@ UPDATE plunder_jobs
 SET status = 'cancelled',
     finished_at = COALESCE(%(now)s::timestamptz, statement_timestamp()),
     deadline_at = NULL
-WHERE id = %(job_id)s AND status IN ('pending', 'running')
+WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting')
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
           finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
@@ -785,7 +785,7 @@ RETURNING j.id, j.attempt, j.status, j.queue;
 -- A read of its own, so that nothing waits while it scans (with nothing to prune, the whole
 -- table).
 SELECT j.id FROM plunder_jobs AS j
-WHERE j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired')
+WHERE j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired', 'skipped')
   AND j.finished_at < COALESCE(%(now)s::timestamptz, statement_timestamp())
                       - %(older_than)s * interval '1 second'
 ORDER BY j.id
@@ -799,7 +799,7 @@ gone AS (
     DELETE FROM plunder_jobs AS j
     USING clock
     WHERE j.id = ANY(%(ids)s::bigint[])
-      AND j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired')
+      AND j.status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired', 'skipped')
       AND j.finished_at < clock.now - %(older_than)s * interval '1 second'
     RETURNING j.id
 ),
@@ -1505,3 +1505,72 @@ DELETE FROM plunder_ordered_queues WHERE queue = %(queue)s;
 
 -- name: order_queue_list
 SELECT queue, on_failure FROM plunder_ordered_queues ORDER BY queue;
+-- Workflows (plunder.store.edges, migration 19) ------------------------------------------
+
+-- name: edge_parents_mark
+-- The parents of a graph being enqueued get children: their rows are written (so a parent
+-- ending meanwhile waits for this transaction) and their status read.
+UPDATE plunder_jobs SET has_children = true
+WHERE id = ANY(%(ids)s::bigint[])
+RETURNING id, status;
+
+-- name: edge_insert
+-- %(rows)s, a JSON array of [parent, child, policy]
+INSERT INTO plunder_edges (parent_id, child_id, on_failure)
+SELECT (r ->> 0)::bigint, (r ->> 1)::bigint, r ->> 2
+FROM jsonb_array_elements(%(rows)s::jsonb) AS r;
+
+-- name: edge_wait
+-- Fresh children with parents not ended: waiting for that many.
+UPDATE plunder_jobs SET status = 'waiting', parents_left = %(parents_left)s
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'pending';
+
+-- name: edge_doom
+-- Fresh children of a parent that ended other than succeeded, whose edge skips or fails
+-- them: they end at once, never run.
+UPDATE plunder_jobs
+SET status = %(status)s, finished_at = COALESCE(%(now)s::timestamptz, statement_timestamp()),
+    error = %(error)s
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'pending';
+
+-- name: edge_list
+-- The edges into or out of these jobs.
+SELECT parent_id, child_id, on_failure FROM plunder_edges
+WHERE parent_id = ANY(%(ids)s::bigint[])
+UNION
+SELECT parent_id, child_id, on_failure FROM plunder_edges
+WHERE child_id = ANY(%(ids)s::bigint[])
+ORDER BY parent_id, child_id;
+
+-- name: edge_parent_results
+-- What a child's parents ended with: each parent's status and result.
+SELECT e.parent_id AS id, j.status, j.result
+FROM plunder_edges AS e JOIN plunder_jobs AS j ON j.id = e.parent_id
+WHERE e.child_id = %(job_id)s
+ORDER BY e.parent_id;
+
+-- name: flow_jobs
+-- Every job of the workflow a job belongs to: those its edges join it to, either way.
+WITH RECURSIVE member(id) AS (
+    SELECT %(job_id)s::bigint
+    UNION
+    SELECT x.b FROM member AS m
+    JOIN (SELECT parent_id AS a, child_id AS b FROM plunder_edges
+          UNION ALL SELECT child_id, parent_id FROM plunder_edges) AS x ON x.a = m.id
+)
+SELECT j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.status, j.attempt,
+       j.max_attempts, j.timeout, j.backoff_base, j.backoff_cap, j.retry_on_timeout, j.key,
+       j.run_at, j.created_at, j.started_at, j.finished_at, j.deadline_at, j.session_id,
+       j.result, j.error, j.failed_sessions, j.losses, j.retry_on_lost, j.expires_at,
+       j.limit_key
+FROM plunder_jobs AS j JOIN member AS m ON j.id = m.id
+ORDER BY j.id;
+
+-- name: flow_cancel
+-- The jobs of a workflow not started yet end cancelled; those running run on. Their
+-- children settle as each edge says (plunder_jobs_settle).
+UPDATE plunder_jobs
+SET status = 'cancelled', finished_at = COALESCE(%(now)s::timestamptz, statement_timestamp()),
+    deadline_at = NULL, error = %(error)s
+WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('pending', 'waiting')
+RETURNING id, queue, status, limit_key;

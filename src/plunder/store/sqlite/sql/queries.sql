@@ -316,7 +316,7 @@ WHERE j.id = :job_id AND j.attempt = :attempt AND j.session_id = :session_id
 -- name: job_cancel
 UPDATE plunder_jobs
 SET status = 'cancelled', finished_at = :now, deadline_at = NULL
-WHERE id = :job_id AND status IN ('pending', 'running')
+WHERE id = :job_id AND status IN ('pending', 'running', 'waiting')
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
           finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
@@ -531,7 +531,7 @@ RETURNING id, attempt, status, queue;
 -- read of its own, outside the write lock, which nobody else could take while it scans
 -- (with nothing to prune, the whole table).
 SELECT id FROM plunder_jobs
-WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired')
+WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired', 'skipped')
   AND finished_at < :now - :older_than
 ORDER BY id
 LIMIT :limit;
@@ -541,7 +541,7 @@ LIMIT :limit;
 -- and events go with them: foreign keys ON DELETE CASCADE).
 DELETE FROM plunder_jobs
 WHERE id IN (SELECT value FROM json_each(:ids))
-  AND status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired')
+  AND status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'expired', 'skipped')
   AND finished_at < :now - :older_than
 RETURNING id;
 
@@ -1097,3 +1097,69 @@ DELETE FROM plunder_ordered_queues WHERE queue = :queue;
 
 -- name: order_queue_list
 SELECT queue, on_failure FROM plunder_ordered_queues ORDER BY queue;
+-- Workflows (plunder.store.edges, migration 19) ------------------------------------------
+
+-- name: edge_parents_mark
+-- The parents of a graph being enqueued get children: their rows are written (so a parent
+-- ending meanwhile waits for this transaction) and their status read.
+UPDATE plunder_jobs SET has_children = 1
+WHERE id IN (SELECT value FROM json_each(:ids))
+RETURNING id, status;
+
+-- name: edge_insert
+-- :rows, a JSON array of [parent, child, policy]
+INSERT INTO plunder_edges (parent_id, child_id, on_failure)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]')
+FROM json_each(:rows);
+
+-- name: edge_wait
+-- Fresh children with parents not ended: waiting for that many.
+UPDATE plunder_jobs SET status = 'waiting', parents_left = :parents_left
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'pending';
+
+-- name: edge_doom
+-- Fresh children of a parent that ended other than succeeded, whose edge skips or fails
+-- them: they end at once, never run.
+UPDATE plunder_jobs SET status = :status, finished_at = :now, error = :error
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'pending';
+
+-- name: edge_list
+-- The edges into or out of these jobs.
+SELECT parent_id, child_id, on_failure FROM plunder_edges
+WHERE parent_id IN (SELECT value FROM json_each(:ids))
+UNION
+SELECT parent_id, child_id, on_failure FROM plunder_edges
+WHERE child_id IN (SELECT value FROM json_each(:ids))
+ORDER BY parent_id, child_id;
+
+-- name: edge_parent_results
+-- What a child's parents ended with: each parent's status and result.
+SELECT e.parent_id AS id, j.status, j.result
+FROM plunder_edges AS e JOIN plunder_jobs AS j ON j.id = e.parent_id
+WHERE e.child_id = :job_id
+ORDER BY e.parent_id;
+
+-- name: flow_jobs
+-- Every job of the workflow a job belongs to: those its edges join it to, either way.
+WITH RECURSIVE member(id) AS (
+    SELECT :job_id
+    UNION
+    SELECT e.child_id FROM plunder_edges AS e JOIN member AS m ON e.parent_id = m.id
+    UNION
+    SELECT e.parent_id FROM plunder_edges AS e JOIN member AS m ON e.child_id = m.id
+)
+SELECT j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.status, j.attempt,
+       j.max_attempts, j.timeout, j.backoff_base, j.backoff_cap, j.retry_on_timeout, j.key,
+       j.run_at, j.created_at, j.started_at, j.finished_at, j.deadline_at, j.session_id,
+       j.result, j.error, j.failed_sessions, j.losses, j.retry_on_lost, j.expires_at,
+       j.limit_key
+FROM plunder_jobs AS j JOIN member AS m ON j.id = m.id
+ORDER BY j.id;
+
+-- name: flow_cancel
+-- The jobs of a workflow not started yet end cancelled; those running run on. Their
+-- children settle as each edge says (plunder_jobs_settle).
+UPDATE plunder_jobs
+SET status = 'cancelled', finished_at = :now, deadline_at = NULL, error = :error
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('pending', 'waiting')
+RETURNING id, queue, status, limit_key;

@@ -15,7 +15,7 @@ CREATE TABLE plunder_jobs (
     status TEXT NOT NULL DEFAULT 'pending'
         CHECK (status = 'pending' OR status = 'running' OR status = 'succeeded'
                OR status = 'failed' OR status = 'timed_out' OR status = 'cancelled'
-               OR status = 'expired'),
+               OR status = 'expired' OR status = 'waiting' OR status = 'skipped'),
     attempt INTEGER NOT NULL DEFAULT 0,
     max_attempts INTEGER NOT NULL DEFAULT 1 CHECK (max_attempts >= 1),
     timeout REAL CHECK (timeout IS NULL OR timeout > 0),
@@ -44,7 +44,10 @@ CREATE TABLE plunder_jobs (
     run_pid INTEGER,
     run_logs TEXT,
     -- its limit key (migration 14; docs/guide/limits.md)
-    limit_key TEXT
+    limit_key TEXT,
+    -- workflows (migration 19): some job waits for this one; its parents not ended yet
+    has_children INTEGER NOT NULL DEFAULT 0,
+    parents_left INTEGER NOT NULL DEFAULT 0
 );
 
 -- Claims walk one queue's pending jobs in claim order, one priority level at a time, and
@@ -240,3 +243,42 @@ CREATE INDEX plunder_jobs_ordered ON plunder_jobs (limit_key, id)
     WHERE limit_key IS NOT NULL AND status = 'pending';
 CREATE INDEX plunder_jobs_limit_failed ON plunder_jobs (limit_key, id)
     WHERE limit_key IS NOT NULL AND status IN ('failed', 'timed_out', 'expired');
+
+-- Workflows (migration 19): the child waits for the parent; on_failure is what becomes of
+-- the child should the parent end other than succeeded: 'run' it anyway, 'skip' it (it
+-- ends skipped) or 'fail' it (it ends failed).
+CREATE TABLE plunder_edges (
+    parent_id INTEGER NOT NULL REFERENCES plunder_jobs (id) ON DELETE CASCADE,
+    child_id INTEGER NOT NULL REFERENCES plunder_jobs (id) ON DELETE CASCADE,
+    on_failure TEXT NOT NULL CHECK (on_failure = 'run' OR on_failure = 'skip'
+                                    OR on_failure = 'fail'),
+    PRIMARY KEY (parent_id, child_id)
+) WITHOUT ROWID;
+CREATE INDEX plunder_edges_child ON plunder_edges (child_id, parent_id);
+-- When a job with children ends, in its transaction: each waiting child counts one parent
+-- fewer, is pending once none is left, or ends skipped / failed if this parent did not
+-- succeed and its edge says so. A child that so ends settles its own children in turn (the
+-- store turns recursive_triggers on). The WHEN clause keeps it off every other job.
+CREATE TRIGGER plunder_jobs_settle AFTER UPDATE OF status ON plunder_jobs
+FOR EACH ROW WHEN NEW.has_children AND OLD.status <> NEW.status
+    AND (NEW.status = 'succeeded' OR NEW.status = 'failed' OR NEW.status = 'timed_out'
+         OR NEW.status = 'cancelled' OR NEW.status = 'expired' OR NEW.status = 'skipped')
+BEGIN
+    UPDATE plunder_jobs
+    SET parents_left = parents_left - 1,
+        status = CASE WHEN NEW.status <> 'succeeded' AND e.on_failure = 'skip' THEN 'skipped'
+                      WHEN NEW.status <> 'succeeded' AND e.on_failure = 'fail' THEN 'failed'
+                      WHEN parents_left <= 1 THEN 'pending' ELSE 'waiting' END,
+        finished_at = CASE WHEN NEW.status <> 'succeeded' AND e.on_failure <> 'run'
+                           THEN COALESCE(NEW.finished_at,
+                                         (julianday('now') - 2440587.5) * 86400.0)
+                           ELSE finished_at END,
+        error = CASE WHEN NEW.status <> 'succeeded' AND e.on_failure <> 'run'
+                     THEN json_object('type', 'plunder.ParentFailed', 'message',
+                                      'parent job ' || NEW.id || ' ended ' || NEW.status,
+                                      'traceback', '')
+                     ELSE error END
+    FROM plunder_edges AS e
+    WHERE e.parent_id = NEW.id AND plunder_jobs.id = e.child_id
+      AND plunder_jobs.status = 'waiting';
+END;

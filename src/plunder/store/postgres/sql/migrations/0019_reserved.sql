@@ -1,1 +1,0 @@
--- plunder schema version 19: reserved for a change made beside version 20; nothing here.

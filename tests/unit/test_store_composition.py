@@ -17,6 +17,7 @@ from plunder.store.maintenance import Maintenance
 from plunder.store.reads import Reads
 from plunder.store.sessions import Sessions
 from plunder.store.sqlbase import SQLStore
+from plunder.store.sqlfeatures import FeatureOps
 from plunder.store.sqlite import SqliteStore
 from plunder.store.sqlite.driver import SqliteDriver
 
@@ -47,7 +48,7 @@ def test_the_facade_defines_every_protocol_method_itself() -> None:
 def test_a_store_is_the_facade_over_its_driver(tmp_path: object) -> None:
     store = SqliteStore(f"sqlite:///{tmp_path}/compose.db")
     try:
-        assert type(store).__mro__ == (SqliteStore, SQLStore, object)
+        assert type(store).__mro__ == (SqliteStore, SQLStore, FeatureOps, object)
         assert isinstance(store.driver, SqliteDriver)
         assert store.engine.driver is store.driver
         assert store.claims.acks is store.acks is store.sessions.acks

@@ -69,7 +69,13 @@ def _queues_table(stats: list[QueueStats]) -> Table:
         pad_edge=False,
         collapse_padding=True,
     )
-    statuses = [status.value for status in Status]
+    # a workflow's statuses only where some queue has jobs in them: the row fits 80 columns
+    rare = {Status.WAITING.value, Status.SKIPPED.value}
+    statuses = [
+        status.value
+        for status in Status
+        if status.value not in rare or any(s.counts.get(status.value) for s in stats)
+    ]
     table.add_column("queue", no_wrap=True)
     for column in (*statuses, "oldest pending"):
         label = column.replace("_", " ")

@@ -13,7 +13,7 @@ from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from plunder import errors, payload
+from plunder import errors, payload, tally
 from plunder.model import JobRecord, JobSpec
 from plunder.store import columns, limits
 from plunder.store.driver import Now, Row, Tx
@@ -164,7 +164,9 @@ class Enqueue:
         # a keyed job inserts once however often this runs; others commit alone, unless limited
         keyed = [bool(row["key"]) for row in rows] + [s.limit is not None for s in specs]
         single = not (self.driver.numbers_jobs or any(keyed)) and len(batch.runs) == 1
-        return self.engine.run(op, conn=conn, repeatable=all(keyed[: len(rows)]), single=single)
+        done = self.engine.run(op, conn=conn, repeatable=all(keyed[: len(rows)]), single=single)
+        tally.enqueued(specs)
+        return done
 
     def _number(self, tx: Tx, rows: list[dict[str, Any]]) -> None:
         """Give each row the id it will have (see Driver.numbers_jobs) as its seq: ids

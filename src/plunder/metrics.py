@@ -30,6 +30,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 def _client() -> Any:
     try:
         import prometheus_client
+        import prometheus_client.core
     except ImportError as exc:
         raise errors.ConfigError(
             "metrics need prometheus_client: pip install 'plunder[metrics]'"

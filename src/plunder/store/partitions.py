@@ -90,13 +90,14 @@ class Partitions:
         with self._lock:
             self._counts[queue] = count
 
-    def partition_counts(self, *, fresh: float = FRESH) -> dict[str, int]:
+    def partition_counts(self, *, fresh: float = FRESH, conn: Any = None) -> dict[str, int]:
         """The partitioned queues and their partitions, as read at most ``fresh`` seconds
-        ago."""
+        ago; read anew in the transaction the caller holds open on ``conn``, if given
+        (SQLite cannot begin another on it)."""
         with self._lock:
             if time.monotonic() - self._read_at < fresh:
                 return dict(self._counts)
-        rows = self.engine.run(lambda tx: tx.all("partition_list"), write=False)
+        rows = self.engine.run(lambda tx: tx.all("partition_list"), write=False, conn=conn)
         counts = {str(r["queue"]): int(r["partitions"]) for r in rows}
         with self._lock:
             self._counts, self._read_at = counts, time.monotonic()
@@ -118,9 +119,10 @@ class Partitions:
             for r in queues
         ]
 
-    def route(self, specs: Sequence[JobSpec]) -> Sequence[JobSpec]:
+    def route(self, specs: Sequence[JobSpec], *, conn: Any = None) -> Sequence[JobSpec]:
         """Specs of partitioned queues each in its partition's queue; the others as they
-        are. A user's queue may not name a partition itself."""
+        are (read in the caller's transaction on ``conn``, if given). A user's queue may
+        not name a partition itself."""
         counts: Mapping[str, int] | None = None
         routed: list[JobSpec] | None = None
         for i, spec in enumerate(specs):
@@ -132,7 +134,7 @@ class Partitions:
                     f"{type(spec.partition_key).__name__}"
                 )
             if counts is None:
-                counts = self.partition_counts()
+                counts = self.partition_counts(conn=conn)
             n = counts.get(spec.queue) if isinstance(spec.queue, str) else None
             if n is None:
                 continue

@@ -178,12 +178,16 @@ class SQLStore:
     def job_enqueue_many(
         self, specs: Sequence[JobSpec], *, conn: Any = None, now: Now = None
     ) -> list[JobRecord]:
-        return self.enqueue.job_enqueue_many(self.partitions.route(specs), conn=conn, now=now)
+        return self.enqueue.job_enqueue_many(
+            self.partitions.route(specs, conn=conn), conn=conn, now=now
+        )
 
     def job_enqueue_ids(
         self, specs: Sequence[JobSpec], *, conn: Any = None, now: Now = None
     ) -> list[int]:
-        return self.enqueue.job_enqueue_ids(self.partitions.route(specs), conn=conn, now=now)
+        return self.enqueue.job_enqueue_ids(
+            self.partitions.route(specs, conn=conn), conn=conn, now=now
+        )
 
     def job_cancel(self, job_id: int, *, now: Now = None) -> JobRecord:
         return self.acks.job_cancel(job_id, now=now)

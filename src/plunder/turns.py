@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from plunder import errors, tally
+from plunder import errors, tally, tracing
 from plunder.acker import ACK_BATCH, Acker
 from plunder.model import AckResult, Completion, Failure, Session
 from plunder.ownership import Ownership
@@ -225,6 +225,7 @@ class Turns:
     def _started(self, jobs: Any) -> int:
         self.slots.start(jobs)
         tally.started(jobs)
+        tracing.started(jobs, getattr(self.link, "store", None))
         self._stats["claimed"] += len(jobs)
         return len(jobs)
 

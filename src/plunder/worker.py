@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from plunder import errors, policy, stopping, tally
+from plunder import errors, policy, stopping, tally, tracing
 from plunder.admitter import Admitter
 from plunder.app import App
 from plunder.config import WorkerDeadlines
@@ -356,6 +356,7 @@ class Worker:
     def _count(self, ack: AckResult, kind: str) -> None:
         self.stats[kind] += len(ack.accepted)
         tally.acknowledged(ack, kind)
+        tracing.acknowledged(ack, kind)
         self.stats["stale"] += len(ack.stale)
         self._admitter.ended(self._slots.limited, ack)  # admissions of their limit keys
         for claim in ack.stale:

@@ -44,6 +44,7 @@ from plunder.model import (
 )
 from plunder.store.limiting import LimitOps
 from plunder.store.partitioning import Partitioned
+from plunder.store.traced import Traced
 
 Now = datetime | None
 
@@ -190,7 +191,7 @@ class TurnPipe(Protocol):
         ...
 
 
-class Store(LimitOps, Partitioned, Protocol):
+class Store(LimitOps, Partitioned, Traced, Protocol):
     dialect: str
     """``"sqlite"`` or ``"postgres"``."""
     url: str

@@ -56,6 +56,7 @@ from plunder.store.maintenance import Maintenance
 from plunder.store.partitions import Partitions
 from plunder.store.reads import Reads
 from plunder.store.sessions import Sessions
+from plunder.store.traces import Traces
 
 __all__ = ["SQLStore", "Turns"]
 
@@ -104,7 +105,8 @@ class SQLStore:
         self.turns = None if turns is None else turns(self.engine, self.acks)
         at_once = None if self.turns is None else self.turns.at_once
         self.claims = Claims(self.engine, self.acks, at_once)
-        self.enqueue = Enqueue(self.engine)
+        self.traces = Traces(self.engine)
+        self.enqueue = Enqueue(self.engine, self.traces)
         self.reads = Reads(self.engine)
         self.partitions = Partitions(self.engine, self.maintenance)
         self.sessions = Sessions(self.engine, self.acks, self.maintenance, self.partitions)
@@ -311,6 +313,9 @@ class SQLStore:
 
     def partition_counts(self, *, fresh: float = 5.0) -> dict[str, int]:
         return self.partitions.partition_counts(fresh=fresh)
+
+    def trace_get_many(self, job_ids: Sequence[int]) -> dict[int, str]:
+        return self.traces.trace_get_many(job_ids)
 
     def partition_list(self) -> list[PartitionedQueue]:
         return self.partitions.partition_list()

@@ -185,3 +185,10 @@ CREATE TABLE plunder_partition_owners (
     PRIMARY KEY (queue, partition)
 );
 CREATE INDEX plunder_partition_owners_session ON plunder_partition_owners (session_id);
+
+-- The trace context a job was enqueued under, where its producer traced with OpenTelemetry
+-- (migration 16; plunder.tracing).
+CREATE TABLE plunder_traces (
+    job_id BIGINT PRIMARY KEY REFERENCES plunder_jobs (id) ON DELETE CASCADE,
+    context TEXT NOT NULL
+);

@@ -800,3 +800,14 @@ SELECT p.queue, p.partitions, p.generation, o.partition
 FROM plunder_partitions AS p
 LEFT JOIN plunder_partition_owners AS o ON o.queue = p.queue AND o.session_id = :session_id
 ORDER BY p.queue, o.partition;
+
+-- name: trace_put_many
+-- The trace context of jobs just enqueued (:ids, JSON), where the producer traced; a keyed
+-- enqueue that found its job active keeps the context it was first enqueued under.
+INSERT INTO plunder_traces (job_id, context)
+SELECT value, :context FROM json_each(:ids) WHERE true
+ON CONFLICT (job_id) DO NOTHING;
+
+-- name: trace_get_many
+-- The trace contexts of jobs just claimed (:ids, JSON), where they have one.
+SELECT job_id, context FROM plunder_traces WHERE job_id IN (SELECT value FROM json_each(:ids));

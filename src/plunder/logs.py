@@ -59,7 +59,9 @@ class JobFields(logging.Filter):
         return True
 
 
-class _TextWithJob(logging.Formatter):
+class TextFormatter(logging.Formatter):
+    """The default format, and a task's job fields in brackets after the message."""
+
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
         if getattr(record, "job_id", None) is None:
@@ -82,7 +84,7 @@ def configure(level: str, log_format: str = "text") -> None:
     elif root.handlers:
         return
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else _TextWithJob(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter(TEXT_FORMAT))
     _handlers[:] = [handler]
     root.addHandler(handler)
     root.setLevel(level.upper())

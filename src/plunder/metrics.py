@@ -4,9 +4,10 @@ tally (plunder.tally) and the database's job counts, exposed by ``plunder serve`
 
 ```
  scrape ─▶ registry ─┬─ TallyCollector: counters and histograms of this process (no I/O)
-                     └─ QueueCollector: jobs by queue and status, oldest pending age —
-                        one read of the database, at most once per MIN_INTERVAL however
-                        often it is scraped (between reads, the last answer)
+                     └─ QueueCollector: pending and running jobs by queue, the oldest
+                        pending age — one query (of those statuses' partial indexes), at
+                        most once per MIN_INTERVAL however often it is scraped (between
+                        reads, the last answer)
 ```
 
 The metric names are listed in docs/guide/metrics.md.
@@ -105,8 +106,8 @@ def _counter(
 
 
 class QueueCollector:
-    """Jobs by queue and status, and the oldest pending job's age, from the database at
-    most once per ``min_interval`` seconds (see the module docstring)."""
+    """Pending and running jobs by queue, and the oldest due pending job's age, from the
+    database at most once per ``min_interval`` seconds (see the module docstring)."""
 
     def __init__(self, store: Store, *, min_interval: float = MIN_INTERVAL) -> None:
         self.store = store
@@ -120,7 +121,7 @@ class QueueCollector:
             last = self._last
             if last is not None and time.monotonic() - last[0] < self.min_interval:
                 return last[1]
-            stats = self.store.queue_stats()
+            stats = self.store.queue_active()
             self.reads += 1
             self._last = (time.monotonic(), stats)
             return stats
@@ -129,7 +130,7 @@ class QueueCollector:
         core = _client().core
         stats = self.stats()
         jobs = core.GaugeMetricFamily(
-            "plunder_jobs", "Jobs in the database, by queue and status.",
+            "plunder_jobs", "Pending and running jobs in the database, by queue.",
             labels=["queue", "status"],
         )  # fmt: skip
         oldest = core.GaugeMetricFamily(

@@ -419,6 +419,9 @@ class SQLStore:
     def queue_stats(self, *, now: Now = None) -> list[QueueStats]:
         return self.reads.queue_stats(now=now)
 
+    def queue_active(self, *, now: Now = None) -> list[QueueStats]:
+        return self.reads.queue_active(now=now)
+
     # -- limits ----------------------------------------------------------------------------
     def limit_admit_many(self, keys: Collection[str], *, now: Now = None) -> int:
         return self.limits.limit_admit_many(keys, now=now)

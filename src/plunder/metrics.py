@@ -167,5 +167,8 @@ def render(found: Any) -> bytes:
 def serve(port: int, store: Store | None, *, host: str = "0.0.0.0") -> Any:
     """Serve ``/metrics`` on ``port`` from a daemon thread of prometheus_client's own;
     the server (its ``shutdown()`` stops it)."""
-    server, _thread = _client().start_http_server(port, addr=host, registry=registry(store))
+    try:
+        server, _thread = _client().start_http_server(port, addr=host, registry=registry(store))
+    except OSError as exc:
+        raise errors.ConfigError(f"cannot serve metrics on {host}:{port}: {exc}") from exc
     return server

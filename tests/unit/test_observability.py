@@ -1,5 +1,5 @@
 """--log-format: one JSON object a line, a task's lines with its job's fields; text keeps
-those fields after the message."""
+those fields after the message. A --metrics-port in use is one line of error."""
 
 from __future__ import annotations
 
@@ -46,3 +46,19 @@ def test_an_unknown_log_format_is_refused_by_name() -> None:
     assert answer.exit_code == 2 and "xml" in answer.output
     with pytest.raises(ValueError, match="--log-format must be one of text, json"):
         logs.configure("INFO", "xml")
+
+
+def test_a_metrics_port_in_use_is_one_clear_error(tmp_path: object) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        answer = CliRunner().invoke(
+            cli.main,
+            ["--db", f"sqlite:///{tmp_path}/x.db", "worker", "-A", "tests.worker.tasks:app",
+             "--metrics-port", str(port)],
+        )  # fmt: skip
+    assert answer.exit_code == 1, answer.output
+    assert f"cannot serve metrics on 0.0.0.0:{port}" in answer.output

@@ -62,3 +62,30 @@ def test_a_metrics_port_in_use_is_one_clear_error(tmp_path: object) -> None:
         )  # fmt: skip
     assert answer.exit_code == 1, answer.output
     assert f"cannot serve metrics on 0.0.0.0:{port}" in answer.output
+
+
+def test_a_busy_database_retried_is_counted(tmp_path: object) -> None:
+    import sqlite3
+    import threading
+
+    from plunder import tally
+    from plunder.model import JobSpec
+    from plunder.store import open_store
+
+    url = f"sqlite:///{tmp_path}/busy.db"
+    store = open_store(url, busy_timeout=0.05)  # SQLite's own wait short: plunder's retries
+    store.migrate()
+    counts = tally.enable()
+    before = counts.events.get("busy_retries", 0)
+    holder = sqlite3.connect(f"{tmp_path}/busy.db", isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # the write lock, held for a moment
+    release = threading.Timer(0.5, holder.execute, ("COMMIT",))
+    release.start()
+    try:
+        (job_id,) = store.job_enqueue_ids([JobSpec("t", [1])])
+    finally:
+        release.join()
+        holder.close()
+        store.close()
+    assert job_id >= 1
+    assert counts.events.get("busy_retries", 0) > before

@@ -42,9 +42,8 @@ from plunder.model import (
     TaskInfo,
     Unrunnable,
 )
+from plunder.store.extras import Extras
 from plunder.store.limiting import LimitOps
-from plunder.store.partitioning import Partitioned
-from plunder.store.traced import Traced
 
 Now = datetime | None
 
@@ -191,7 +190,7 @@ class TurnPipe(Protocol):
         ...
 
 
-class Store(LimitOps, Partitioned, Traced, Protocol):
+class Store(LimitOps, Extras, Protocol):
     dialect: str
     """``"sqlite"`` or ``"postgres"``."""
     url: str
@@ -498,8 +497,3 @@ class Store(LimitOps, Partitioned, Traced, Protocol):
         ...
 
     def queue_stats(self, *, now: Now = None) -> list[QueueStats]: ...
-
-    def queue_active(self, *, now: Now = None) -> list[QueueStats]:
-        """queue_stats' pending and running counts and oldest ages alone (no finished job
-        is read): for metrics, at scrape time."""
-        ...

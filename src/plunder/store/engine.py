@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
-from plunder import errors, payload, policy, tally
+from plunder import errors, payload, policy
 from plunder.model import (
     ErrorInfo,
     JobRecord,
@@ -183,7 +183,6 @@ class Engine:
             wait = backoff.next_wait()
             if wait is None:
                 raise busy from cause
-            tally.event("busy_retries")
             time.sleep(wait)
 
     def _busy(self, exc: Exception) -> errors.StoreBusy:

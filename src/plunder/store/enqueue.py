@@ -166,27 +166,28 @@ class Enqueue:
         # a keyed job inserts once however often this runs; others commit alone, unless limited
         keyed = [bool(row["key"]) for row in rows] + [s.limit is not None for s in specs]
         single = not (self.driver.numbers_jobs or any(keyed)) and len(batch.runs) == 1
-        done = self._run(op, specs, conn, repeatable=all(keyed[: len(rows)]), single=single)
-        tally.enqueued(specs)
-        return done
+        return self._run(op, specs, conn, repeatable=all(keyed[: len(rows)]), single=single)
 
     def _run(
         self, op: Callable[[Tx], list[Any]], specs: Sequence[JobSpec], conn: Any, *,
         repeatable: bool, single: bool,
     ) -> list[Any]:  # fmt: skip
         """``op``, in a "plunder.enqueue" span whose context is stored with the jobs where
-        the process traces (plunder.tracing)."""
+        the process traces (plunder.tracing); counted (plunder.tally) once done."""
         with tracing.enqueue_span(specs) as context:
             if context is None:
-                return self.engine.run(op, conn=conn, repeatable=repeatable, single=single)
+                made = self.engine.run(op, conn=conn, repeatable=repeatable, single=single)
+            else:
 
-            def traced(tx: Tx) -> list[Any]:
-                made = op(tx)
-                ids = [j if isinstance(j, int) else j.id for j in made]
-                self.traces.put(tx, ids, context)
-                return made
+                def traced(tx: Tx) -> list[Any]:
+                    made = op(tx)
+                    ids = [j if isinstance(j, int) else j.id for j in made]
+                    self.traces.put(tx, ids, context)
+                    return made
 
-            return self.engine.run(traced, conn=conn, repeatable=repeatable)
+                made = self.engine.run(traced, conn=conn, repeatable=repeatable)
+        tally.enqueued(specs)
+        return made
 
     def _number(self, tx: Tx, rows: list[dict[str, Any]]) -> None:
         """Give each row the id it will have (see Driver.numbers_jobs) as its seq: ids

@@ -91,7 +91,7 @@ class TallyCollector:
 EVENTS = {
     "sessions_opened": "Worker sessions opened by this process.",
     "stale_acknowledgements": "Results refused: their claim was no longer current.",
-    "busy_retries": "Transactions retried because the database was busy.",
+    "busy_retries": "Busy answers (a database, a gateway) waited out and retried.",
     "rescued_jobs": "Jobs of dead sessions retried or ended by this process's janitor.",
 }
 

@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sys
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from plunder import errors
 from plunder.model import AckResult, JobRecord, JobSpec
+
+log = logging.getLogger("plunder.tracing")
 
 MAX_OPEN = 100_000  # run spans awaiting their acknowledgement (then forgotten)
 _open: dict[tuple[int, int], Any] = {}  # (job id, attempt): its run span
@@ -73,7 +77,11 @@ def started(jobs: Sequence[JobRecord], store: Any) -> None:
         return
     from opentelemetry import propagate
 
-    carriers = store.trace_get_many([job.id for job in jobs]) if store is not None else {}
+    try:
+        carriers = store.trace_get_many([job.id for job in jobs]) if store is not None else {}
+    except errors.StoreError as exc:  # the jobs run all the same: tracing never stops them
+        log.warning("could not read the jobs' trace contexts (%s); their spans have no parent", exc)
+        carriers = {}
     tracer = trace.get_tracer("plunder")
     with _lock:
         if len(_open) > MAX_OPEN:

@@ -5,6 +5,7 @@
               its W3C trace context stored with the jobs (plunder_traces)        │
  worker    ── per job, children of that context:                                 ▼
               "plunder.claim" (at its claim) ─ "plunder.run" (start to acknowledgement)
+                                                ├─ the task's own spans (threads, async)
                                                 └─ "plunder.acknowledge" (the outcome)
 ```
 
@@ -20,7 +21,7 @@ import json
 import logging
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from plunder import errors
@@ -122,3 +123,35 @@ def acknowledged(ack: AckResult, outcome: str) -> None:
             "plunder.acknowledge", context, attributes={"plunder.outcome": result}
         ).end()
         run.end()
+
+
+def call(job: JobRecord, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)`` (a task, on its thread), inside the job's run span where it
+    has one: the task's own spans are its children."""
+    run = _open.get((job.id, job.attempt)) if _open else None
+    if run is None:
+        return fn(*args, **kwargs)
+    from opentelemetry import context
+
+    token = context.attach(sys.modules["opentelemetry.trace"].set_span_in_context(run))
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        context.detach(token)
+
+
+def awaited(job: JobRecord, coroutine: Awaitable[Any]) -> Awaitable[Any]:
+    """An async task's coroutine, awaited inside the job's run span where it has one (the
+    coroutine itself otherwise: nothing added to await)."""
+    run = _open.get((job.id, job.attempt)) if _open else None
+    return coroutine if run is None else _in_span(run, coroutine)
+
+
+async def _in_span(run: Any, coroutine: Awaitable[Any]) -> Any:
+    from opentelemetry import context
+
+    token = context.attach(sys.modules["opentelemetry.trace"].set_span_in_context(run))
+    try:
+        return await coroutine
+    finally:
+        context.detach(token)

@@ -223,9 +223,9 @@ class Turns:
         return self._claimed(self._started(reply.claimed))
 
     def _started(self, jobs: Any) -> int:
-        self.slots.start(jobs)
         tally.started(jobs)
-        tracing.started(jobs, getattr(self.link, "store", None))
+        tracing.started(jobs, getattr(self.link, "store", None))  # before the tasks run
+        self.slots.start(jobs)
         self._stats["claimed"] += len(jobs)
         return len(jobs)
 

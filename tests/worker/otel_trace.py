@@ -16,6 +16,18 @@ from tests.worker.conftest import wait_for, worker_in_thread
 from tests.worker.tasks import app
 
 
+@app.task(name="traced")
+def traced(a: int) -> int:
+    with trace.get_tracer("task").start_as_current_span("inside the task"):
+        return a + 1
+
+
+@app.task(name="traced_async")
+async def traced_async(a: int) -> int:
+    with trace.get_tracer("task").start_as_current_span("inside the async task"):
+        return a + 2
+
+
 def main(url: str) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -23,12 +35,16 @@ def main(url: str) -> None:
     trace.set_tracer_provider(provider)
     with worker_in_thread(url):
         with trace.get_tracer("web").start_as_current_span("POST /orders"):
-            job = app.enqueue("add", [2, 3])
-        assert job.result(timeout=30) == 5
+            job = app.enqueue("traced", [2])
+        with trace.get_tracer("web").start_as_current_span("POST /async"):
+            other = app.enqueue("traced_async", [2])
+        assert job.result(timeout=30) == 3 and other.result(timeout=30) == 4
         wait_for(
-            lambda: any(s.name == "plunder.acknowledge" for s in exporter.get_finished_spans()),
+            lambda: (
+                sum(s.name == "plunder.acknowledge" for s in exporter.get_finished_spans()) == 2
+            ),
             30,
-            "the acknowledgement's span",
+            "the acknowledgements' spans",
         )
     for span in exporter.get_finished_spans():
         print(json.dumps({
@@ -36,9 +52,8 @@ def main(url: str) -> None:
             "trace": span.context.trace_id,
             "span": span.context.span_id,
             "parent": span.parent.span_id if span.parent else None,
-            "job_id": span.attributes.get("plunder.job_id"),
-            "outcome": span.attributes.get("plunder.outcome"),
-            "expected_job": job.id,
+            "job_id": (span.attributes or {}).get("plunder.job_id"),
+            "outcome": (span.attributes or {}).get("plunder.outcome"),
         }))  # fmt: skip
 
 

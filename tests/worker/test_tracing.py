@@ -26,19 +26,20 @@ def test_a_producers_trace_continues_into_the_jobs_spans(store_url: str) -> None
     )
     assert done.returncode == 0, done.stderr
     spans = [json.loads(line) for line in done.stdout.splitlines()]
-    by_name = {span["name"]: span for span in spans}
-    request, enqueue = by_name["POST /orders"], by_name["plunder.enqueue"]
-    claim, run, ack = (
-        by_name["plunder.claim"],
-        by_name["plunder.run"],
-        by_name["plunder.acknowledge"],
-    )
-    # one trace, from the web request through the enqueue to the run in the worker
-    assert {s["trace"] for s in (request, enqueue, claim, run, ack)} == {request["trace"]}
-    assert enqueue["parent"] == request["span"]
-    assert claim["parent"] == enqueue["span"] and run["parent"] == enqueue["span"]
-    assert ack["parent"] == run["span"]
-    assert run["job_id"] == run["expected_job"] and run["outcome"] == "succeeded"
+    for web, inside in (
+        ("POST /orders", "inside the task"),
+        ("POST /async", "inside the async task"),
+    ):
+        (request,) = [s for s in spans if s["name"] == web]
+        in_trace = {s["name"]: s for s in spans if s["trace"] == request["trace"]}
+        # one trace, from the web request through the enqueue to the run in the worker
+        enqueue, claim = in_trace["plunder.enqueue"], in_trace["plunder.claim"]
+        run, ack = in_trace["plunder.run"], in_trace["plunder.acknowledge"]
+        assert enqueue["parent"] == request["span"]
+        assert claim["parent"] == enqueue["span"] and run["parent"] == enqueue["span"]
+        assert ack["parent"] == run["span"] and in_trace[inside]["parent"] == run["span"]
+        assert run["outcome"] == "succeeded" and run["job_id"] is not None
+    assert len(spans) == 2 * 6  # each trace: request, enqueue, claim, run, the task's, ack
 
 
 def test_nothing_is_stored_where_the_process_does_not_trace(store: Store) -> None:

@@ -179,6 +179,15 @@ SYSTEMS = {
             extra=(("worker_args", SERIAL.split()),),
         ),
         System(
+            "plunder_pg_metrics",
+            "pg",
+            False,
+            {k: v for k, v in PG_SCENARIOS.items() if k in ("2", "3", "4")},
+            "as plunder_pg, each worker with `--metrics-port` (counting on) and its "
+            "/metrics scraped once a second during the run",
+            extra=(("metrics", True),),
+        ),
+        System(
             "plunder_gw",
             "pg",
             False,

@@ -29,6 +29,7 @@ from bench.common import (
     wait_idle,
     wait_until,
 )
+from bench.systems import scrape
 
 CONCURRENCY = {"pg": 300, "sqlite": 100}
 SETTINGS = {
@@ -108,7 +109,13 @@ def _workers(p: Params, count: int, app_spec: str = "bench.tasks:app", concurren
         *p.extra.get("worker_args", []),
     ]
     log = Path(p.workdir) / "worker.log"
-    return [spawn(argv, env=env, log=log) for _ in range(count)]
+    procs, ports = [], []
+    for _ in range(count):  # plunder_pg_metrics: each with a metrics port, scraped
+        args, port = scrape.worker_args(p)
+        procs.append(spawn([*argv, *args], env=env, log=log))
+        ports += [port] if port else []
+    scrape.follow(procs, ports, p.workdir)
+    return procs
 
 
 def _sessions(app: Any, count: int) -> bool:

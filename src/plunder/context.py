@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar, NoReturn, Protocol, TypeVar
 
-from plunder import errors, graph, payload
+from plunder import errors, graph, logs, payload
 from plunder.model import AckResult, Claim, Completion, JobRecord
 from plunder.protocol import WorkerProtocol
 
@@ -136,6 +136,7 @@ class Context(JobIdentity):
             logger = logging.Logger(f"plunder.task.{self.job.task}", logging.DEBUG)
             logger.parent = logging.getLogger("plunder.task")
             logger.addHandler(_LineCapture(self.log_lines))
+            logger.addFilter(logs.JobFields(self.job))
             self._logger = logger
         return self._logger
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from plunder import errors, policy
+from plunder import errors, policy, tracing
 from plunder.context import Context
 from plunder.model import ErrorInfo, Failure, JobRecord
 from plunder.states import Outcome as RunOutcome
@@ -300,7 +300,7 @@ class ThreadRunner:
             return
         try:
             args, kwargs = call_arguments(handle.task, handle.job, handle.ctx)
-            result = handle.task.fn(*args, **kwargs)
+            result = tracing.call(handle.job, handle.task.fn, args, kwargs)
         except BaseException as exc:  # reported as the job's failure, never swallowed
             self.outcomes.put(Finished(handle.job, False, error=exc))
             return
@@ -382,7 +382,7 @@ class AsyncRunner:
     async def _run(self, handle: Handle) -> None:
         try:
             args, kwargs = call_arguments(handle.task, handle.job, handle.ctx)
-            result = await handle.task.fn(*args, **kwargs)
+            result = await tracing.awaited(handle.job, handle.task.fn(*args, **kwargs))
         except asyncio.CancelledError:
             raise  # reported by _cancelled, once the task is done
         except BaseException as exc:

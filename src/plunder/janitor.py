@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from plunder import errors
+from plunder import errors, tally
 from plunder.config import Settings, WorkerDeadlines
 from plunder.cron import Tick
 from plunder.model import Lease, SweepResult
@@ -244,7 +244,7 @@ class Janitor:
         failures = 0
         while not stop.is_set():
             try:
-                self.run_once()
+                tally.janitor_pass(self.run_once)
             except errors.StoreError as exc:
                 if not failures:
                     log.warning("janitor pass failed: %s (retrying every pass)", exc)

@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from plunder import tally
+
 BUSY_INTERVAL = 0.150
 BUSY_JITTER = 0.5
 BUSY_TOTAL = 30.0
@@ -57,4 +59,5 @@ class BusyBackoff:
         if spent >= self.total:
             return None
         wait = self.interval * (1 - self.jitter / 2 + self.rng.random() * self.jitter)
+        tally.event("busy_retries")
         return min(wait, self.total - spent)

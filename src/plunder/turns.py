@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from plunder import errors
+from plunder import errors, tally, tracing
 from plunder.acker import ACK_BATCH, Acker
 from plunder.model import AckResult, Completion, Failure, Session
 from plunder.ownership import Ownership
@@ -223,6 +223,8 @@ class Turns:
         return self._claimed(self._started(reply.claimed))
 
     def _started(self, jobs: Any) -> int:
+        tally.started(jobs)
+        tracing.started(jobs, getattr(self.link, "store", None))  # before the tasks run
         self.slots.start(jobs)
         self._stats["claimed"] += len(jobs)
         return len(jobs)

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from plunder import errors, policy, stopping
+from plunder import errors, policy, stopping, tally, tracing
 from plunder.admitter import Admitter
 from plunder.app import App
 from plunder.config import WorkerDeadlines
@@ -227,6 +227,7 @@ class Worker:
             self._liveness.last_beat = time.monotonic()  # before the watchdog sees it
             self.session = session
             self.stats["sessions"] += 1
+            tally.event("sessions_opened")
             log.info("session %s opened", session.id)
             return
 
@@ -356,6 +357,8 @@ class Worker:
 
     def _count(self, ack: AckResult, kind: str) -> None:
         self.stats[kind] += len(ack.accepted)
+        tally.acknowledged(ack, kind)
+        tracing.acknowledged(ack, kind)
         self.stats["stale"] += len(ack.stale)
         self._admitter.ended(self._slots.limited, ack)  # admissions of their limit keys
         for claim in ack.stale:

@@ -215,3 +215,23 @@ def test_the_workflows_scenario_measures_children_and_a_fan(
     assert 0 <= result["child_p50"] <= result["child_p99"]
     assert result["enqueue_seconds"] < result["seconds"]
     assert "flows" not in [m for _, m in harness.plan(harness.Options(systems=[system]))]
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+@pytest.mark.timeout(120)
+def test_the_metrics_system_scrapes_its_worker_while_it_runs(
+    empty_url: str, tmp_path: Path
+) -> None:
+    """plunder_pg_metrics: its worker serves /metrics (--metrics-port), read once a second
+    during a short latency run."""
+    sizes = harness.Sizes(rate=20.0, seconds=3.0, timeout=60.0)
+    params = harness.params_for(harness.Options(sizes=sizes), "latency", empty_url, tmp_path)
+    system = harness.SYSTEMS["plunder_pg_metrics"]
+    params.extra.update(system.extra)  # as the harness's run adds them
+    log = tmp_path / "bench.log"
+    result = harness.run_one(system, "latency", params, log)
+    assert "error" not in result, (result, log.read_text())
+    assert result["p50"] > 0
+    scrapes = (Path(params.workdir) / "scrapes.txt").read_text()
+    answered = int(scrapes.split("'answered': ")[1].split(",")[0])
+    assert answered >= 2, scrapes

@@ -11,7 +11,7 @@ import pytest
 from plunder import errors
 from plunder.model import JobSpec
 from plunder.states import Status
-from plunder.store import Store
+from plunder.store import Store, open_store
 from tests.store.helpers import (
     claim,
     complete,
@@ -360,3 +360,23 @@ def test_payloads_round_trip_exactly(store: Store) -> None:
 def test_unknown_job_is_a_clear_error(store: Store) -> None:
     with pytest.raises(errors.JobNotFound, match="no job 999"):
         store.job_get(999)
+
+
+def test_enqueue_in_the_callers_transaction_with_the_partitions_not_read_yet(
+    store: Store, store_url: str
+) -> None:
+    """A store's first enqueue inside the caller's transaction reads the partitioned queues
+    in that transaction (SQLite cannot begin a second on the same connection)."""
+    store.partition_declare("q", 4)
+    fresh = open_store(store_url)
+    try:
+        with fresh.transaction() as conn:
+            (first,) = fresh.job_enqueue_ids([JobSpec("t", [1])], conn=conn)
+            (routed,) = fresh.job_enqueue_many(
+                [JobSpec("t", [2], queue="q", partition_key="a")], conn=conn
+            )
+        assert fresh.job_get(first).status is Status.PENDING
+        assert routed.queue.startswith("q~")
+        assert fresh.job_get(routed.id).queue == routed.queue
+    finally:
+        fresh.close()

@@ -48,6 +48,31 @@ def test_queue_stats_count_by_status_and_age_the_oldest_pending(store: Store) ->
     assert stats["q2"].oldest_pending_age == pytest.approx(10, abs=0.01)
 
 
+def test_queue_active_counts_pending_and_running_as_queue_stats_does(store: Store) -> None:
+    t0 = store.now()
+    specs = [JobSpec("t", [i]) for i in range(4)] + [JobSpec("t", [9], queue="q2")]
+    enqueue(store, *specs, JobSpec("t", [5], delay=3600), now=t0)  # pending, due later
+    session = open_session(store, expiry=300, now=t0)
+    running, done = claim(store, session, limit=2, now=later(t0, 1))
+    assert complete(store, done.claim, now=later(t0, 1))
+    store.partition_declare("parted", 2)
+    enqueue(store, JobSpec("t", [7], queue="parted", partition_key="k"), now=later(t0, 5))
+    at = later(t0, 10)
+    active = {s.queue: s for s in store.queue_active(now=at)}
+    full = {s.queue: s for s in store.queue_stats(now=at)}
+    assert set(active) == {"default", "q2", "parted"}
+    for queue, stats in active.items():
+        assert stats.counts == {
+            "pending": full[queue].counts[Status.PENDING],
+            "running": full[queue].counts[Status.RUNNING],
+        }
+        assert stats.oldest_pending_age == pytest.approx(full[queue].oldest_pending_age, abs=0.01)
+    assert active["default"].counts == {"pending": 3, "running": 1}
+    assert active["q2"].oldest_pending_age == pytest.approx(10, abs=0.01)
+    assert active["parted"].oldest_pending_age == pytest.approx(5, abs=0.01)
+    assert running.status is Status.RUNNING
+
+
 def test_session_list_shows_only_live_sessions(store: Store) -> None:
     t0 = store.now()
     short = open_session(store, expiry=1, now=t0)

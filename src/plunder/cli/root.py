@@ -4,14 +4,13 @@ mistakes and user errors as one line."""
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import click
 
-from plunder import config
+from plunder import config, logs
 from plunder.cli.output import user_errors
 from plunder.cli.state import State
 
@@ -37,6 +36,12 @@ def _db_after(ctx: click.Context, _: click.Parameter, value: str | None) -> None
         state.url, state.explicit = value, True
 
 
+def _log_format_after(_: click.Context, __: click.Parameter, value: str | None) -> None:
+    """``--log-format`` given after the command: logging set up anew with it."""
+    if value is not None:
+        logs.configure(logging.getLevelName(logging.getLogger().level), value)
+
+
 class Group(click.Group):
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
         with one_line_usage():
@@ -59,6 +64,16 @@ class Group(click.Group):
                     help="Database URL, as before the command (this one wins).",
                 )
             )
+        cmd.params.append(
+            click.Option(
+                ["--log-format"],
+                default=None,
+                expose_value=False,
+                type=click.Choice(logs.FORMATS),
+                callback=_log_format_after,
+                help="As before the command (this one wins).",
+            )
+        )
         super().add_command(cmd, name)
 
 
@@ -83,9 +98,16 @@ class Group(click.Group):
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
+@click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(logs.FORMATS),
+    help="Log lines as text, or as one JSON object a line (with a task's job fields).",
+)
 @click.version_option(package_name="plunder")
 @click.pass_context
-def main(ctx: click.Context, db: str, key: str | None, log_level: str) -> None:
+def main(ctx: click.Context, db: str, key: str | None, log_level: str, log_format: str) -> None:
     """plunder: a job queue where idle workers steal work from a database.
 
     --db goes before or after the command. Errors are one line on stderr: a usage mistake
@@ -93,11 +115,7 @@ def main(ctx: click.Context, db: str, key: str | None, log_level: str) -> None:
     job, a database that is missing or refuses, a wait that timed out) prints "error: …"
     with exit status 1.
     """
-    logging.basicConfig(
-        level=log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.configure(log_level, log_format)
     # httpx logs every request at INFO: a remote worker's log would be nothing else
     logging.getLogger("httpx").setLevel(
         max(logging.WARNING, logging.getLevelName(log_level.upper()))

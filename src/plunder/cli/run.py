@@ -10,7 +10,7 @@ import threading
 
 import click
 
-from plunder import config, errors
+from plunder import config, errors, metrics
 from plunder.app import App
 from plunder.cli.output import F, user_errors
 from plunder.cli.state import CLI_STORE, State, pass_state
@@ -94,6 +94,12 @@ def interval_options(fn: F) -> F:
     help="A gateway's URL (https://host:8700; several, comma-separated, fail over): the "
     "worker needs an API key (--key) and no database URL.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve Prometheus metrics at http://0.0.0.0:PORT/metrics (needs plunder[metrics]).",
+)
 @interval_options
 @pass_state
 def worker(
@@ -109,6 +115,7 @@ def worker(
     no_janitor: bool,
     no_listen: bool,
     depth: int,
+    metrics_port: int | None,
     **intervals: float | None,
 ) -> None:
     """Run a worker: claim jobs, run them, acknowledge them."""
@@ -128,7 +135,10 @@ def worker(
             depth=depth,
         )
         tune_gc()
-        Worker(app, options, link=_gateway_link(state, app)).run()
+        running = Worker(app, options, link=_gateway_link(state, app))
+        if metrics_port is not None:
+            metrics.serve(metrics_port, running.store)
+        running.run()
 
 
 def _gateway_link(state: State, app: App) -> HttpLink | None:

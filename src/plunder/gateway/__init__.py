@@ -28,14 +28,15 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from plunder import dashboard
 from plunder.app import App
-from plunder.gateway import admin, openapi, producers, schedules, workers
-from plunder.gateway.server import MAX_BODY, Gateway, refusal, routes
+from plunder.gateway import admin, observe, openapi, producers, schedules, workers
+from plunder.gateway.server import MAX_BODY, Gateway, handler, refusal, routes
 from plunder.janitor import Janitor, own_store
 
 log = logging.getLogger("plunder.gateway")
@@ -61,12 +62,14 @@ def create_app(url: str, *, pool_size: int = POOL_SIZE, max_body: int = MAX_BODY
         *routes(gateway, admin.ROUTES),
         *routes(gateway, schedules.ROUTES),
         Route("/openapi.json", openapi_json, methods=["GET"]),
+        Route("/metrics", handler(gateway, observe.endpoint(gateway)), methods=["GET"]),
         *dashboard.routes(app.store),  # the pages for people, at /
     ]
     starlette = Starlette(
         routes=endpoints,
         exception_handlers={404: _not_found, 405: _not_found, 500: _crashed},
         lifespan=_lifespan(app),
+        middleware=[Middleware(observe.Timing)],
     )
     starlette.state.gateway = gateway
     return starlette

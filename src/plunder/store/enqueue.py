@@ -9,16 +9,17 @@ inputs whose key names an active job; repeated while a keyed job finishes meanwh
 from __future__ import annotations
 
 import operator
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from plunder import errors, payload
+from plunder import errors, payload, tally, tracing
 from plunder.model import JobRecord, JobSpec
 from plunder.store import columns, limits
 from plunder.store.driver import Now, Row, Tx
 from plunder.store.engine import MAX_ENQUEUE, Engine, insert_mismatch
 from plunder.store.fairness import Fairness
+from plunder.store.traces import Traces
 
 # Where FreshJobs finds what the insert assigned in a row made for a numbered insert (see
 # Enqueue._match_numbered): in the order of columns.ASSIGNED.
@@ -102,8 +103,9 @@ def _own_values(spec: JobSpec) -> dict[str, Any]:
 class Enqueue:
     """The producers' writes: job_enqueue_many and job_enqueue_ids."""
 
-    def __init__(self, engine: Engine, fairness: Fairness | None = None) -> None:
+    def __init__(self, engine: Engine, traces: Traces, fairness: Fairness | None = None) -> None:
         self.engine = engine
+        self.traces = traces
         self.driver = engine.driver
         self.limits = limits.Limits(engine)
         self.fairness = fairness
@@ -166,7 +168,28 @@ class Enqueue:
         # a keyed job inserts once however often this runs; others commit alone, unless limited
         keyed = [bool(row["key"]) for row in rows] + list(map(_writes_again, specs))
         single = not (self.driver.numbers_jobs or any(keyed)) and len(batch.runs) == 1
-        return self.engine.run(op, conn=conn, repeatable=all(keyed[: len(rows)]), single=single)
+        return self._run(op, specs, conn, repeatable=all(keyed[: len(rows)]), single=single)
+
+    def _run(
+        self, op: Callable[[Tx], list[Any]], specs: Sequence[JobSpec], conn: Any, *,
+        repeatable: bool, single: bool,
+    ) -> list[Any]:  # fmt: skip
+        """``op``, in a "plunder.enqueue" span whose context is stored with the jobs where
+        the process traces (plunder.tracing); counted (plunder.tally) once done."""
+        with tracing.enqueue_span(specs) as context:
+            if context is None:
+                made = self.engine.run(op, conn=conn, repeatable=repeatable, single=single)
+            else:
+
+                def traced(tx: Tx) -> list[Any]:
+                    made = op(tx)
+                    ids = [j if isinstance(j, int) else j.id for j in made]
+                    self.traces.put(tx, ids, context)
+                    return made
+
+                made = self.engine.run(traced, conn=conn, repeatable=repeatable)
+        tally.enqueued(specs)
+        return made
 
     def _enqueued(self, tx: Tx, specs: Sequence[JobSpec], clock: Any) -> None:
         """After the inserts: admissions of limited jobs, and fair queues' new groups."""

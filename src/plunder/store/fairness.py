@@ -117,12 +117,13 @@ class Fairness:
         with self._lock:
             self._weights[queue] = checked
 
-    def fair_queues(self, *, fresh: float = FRESH) -> dict[str, dict[str, float]]:
-        """The fair queues and their weights, read at most ``fresh`` seconds ago."""
+    def fair_queues(self, *, fresh: float = FRESH, conn: Any = None) -> dict[str, dict[str, float]]:
+        """The fair queues and their weights, read at most ``fresh`` seconds ago; read
+        anew in the transaction the caller holds open on ``conn``, if given."""
         with self._lock:
             if time.monotonic() - self._read_at < fresh:
                 return dict(self._weights)
-        rows = self.engine.run(lambda tx: tx.all("fair_queue_list"), write=False)
+        rows = self.engine.run(lambda tx: tx.all("fair_queue_list"), write=False, conn=conn)
         found = {str(r["queue"]): dict(json.loads(r["weights"])) for r in rows}
         with self._lock:
             self._weights, self._read_at = found, time.monotonic()
@@ -146,9 +147,10 @@ class Fairness:
         ]
 
     # -- enqueue ---------------------------------------------------------------------------
-    def route(self, specs: Sequence[JobSpec]) -> Sequence[JobSpec]:
-        """A fair queue's job without a group is of the group "default"."""
-        fair = self.fair_queues()
+    def route(self, specs: Sequence[JobSpec], *, conn: Any = None) -> Sequence[JobSpec]:
+        """A fair queue's job without a group is of the group "default" (the fair queues
+        read in the caller's transaction on ``conn``, if given)."""
+        fair = self.fair_queues(conn=conn)
         if not fair or not any(s.group is None and s.queue in fair for s in specs):
             return specs
         return [

@@ -105,14 +105,15 @@ class Partitions:
                 if mode is not None:
                     self._ordered[queue] = mode
 
-    def partition_counts(self, *, fresh: float = FRESH) -> dict[str, int]:
+    def partition_counts(self, *, fresh: float = FRESH, conn: Any = None) -> dict[str, int]:
         """The partitioned queues and their partitions, as read at most ``fresh`` seconds
-        ago."""
+        ago; read anew in the transaction the caller holds open on ``conn``, if given
+        (SQLite cannot begin another on it)."""
         with self._lock:
             if time.monotonic() - self._read_at < fresh:
                 return dict(self._counts)
         rows, modes = self.engine.run(
-            lambda tx: (tx.all("partition_list"), ordering.queues(tx)), write=False
+            lambda tx: (tx.all("partition_list"), ordering.queues(tx)), write=False, conn=conn
         )
         counts = {str(r["queue"]): int(r["partitions"]) for r in rows}
         with self._lock:
@@ -136,15 +137,19 @@ class Partitions:
         ]
 
     def route(
-        self, specs: Sequence[JobSpec], counts: Mapping[str, int] | None = None
+        self,
+        specs: Sequence[JobSpec],
+        counts: Mapping[str, int] | None = None,
+        *,
+        conn: Any = None,
     ) -> Sequence[JobSpec]:
         """Specs of partitioned queues each in its partition's queue; the others as they
         are. A user's queue may not name a partition itself. Ordered specs get their
         key's limit first (plunder.store.ordering). ``counts``: the partitions as read
-        before (inside a transaction, where reading them would begin another)."""
+        before; else read now, in the caller's transaction on ``conn`` if given."""
         if specs:
             if counts is None:
-                counts = self.partition_counts()
+                counts = self.partition_counts(conn=conn)
             with self._lock:
                 modes = dict(self._ordered)
             specs = ordering.order(specs, modes)
@@ -157,8 +162,7 @@ class Partitions:
                     f"partition_key of {spec.task!r} must be a string, not "
                     f"{type(spec.partition_key).__name__}"
                 )
-            if counts is None:
-                counts = self.partition_counts()
+            assert counts is not None
             n = counts.get(spec.queue) if isinstance(spec.queue, str) else None
             if n is None:
                 continue

@@ -167,3 +167,18 @@ class Reads:
             queue = payload.base_queue(str(row["queue"]))
             ages[queue] = max(ages.get(queue, 0.0), float(row["age"]))
         return [QueueStats(queue, by_queue[queue], ages.get(queue)) for queue in sorted(by_queue)]
+
+    def queue_active(self, *, now: Now = None) -> list[QueueStats]:
+        rows = self.engine.run(
+            lambda tx: tx.all("queue_active_counts", now=tx.clock(now)), write=False
+        )
+        # a partitioned queue's partitions ("q~3") count as the queue
+        by_queue: dict[str, dict[str, int]] = {}
+        ages: dict[str, float] = {}
+        for row in rows:
+            queue = payload.base_queue(str(row["queue"]))
+            found = by_queue.setdefault(queue, {"pending": 0, "running": 0})
+            found[str(row["status"])] += int(row["n"])
+            if row["age"] is not None:
+                ages[queue] = max(ages.get(queue, 0.0), float(row["age"]))
+        return [QueueStats(queue, by_queue[queue], ages.get(queue)) for queue in sorted(by_queue)]

@@ -61,6 +61,7 @@ from plunder.store.reads import Reads
 from plunder.store.schedules import Schedules
 from plunder.store.sessions import Sessions
 from plunder.store.sqlfeatures import FeatureOps
+from plunder.store.traces import Traces
 
 __all__ = ["SQLStore", "Turns"]
 
@@ -115,7 +116,8 @@ class SQLStore(FeatureOps):
         self.claims = Claims(self.engine, self.acks, at_once, self.fairness)
         if self.turns is not None:
             self.turns.fair = self.claims.fair
-        self.enqueue = Enqueue(self.engine, self.fairness)
+        self.traces = Traces(self.engine)
+        self.enqueue = Enqueue(self.engine, self.traces, self.fairness)
         self.reads = Reads(self.engine)
         self.partitions = Partitions(self.engine, self.maintenance)
         self.sessions = Sessions(self.engine, self.acks, self.maintenance, self.partitions)
@@ -195,13 +197,13 @@ class SQLStore(FeatureOps):
     def job_enqueue_many(
         self, specs: Sequence[JobSpec], *, conn: Any = None, now: Now = None
     ) -> list[JobRecord]:
-        routed = self.partitions.route(self.fairness.route(specs))
+        routed = self.partitions.route(self.fairness.route(specs, conn=conn), conn=conn)
         return self.enqueue.job_enqueue_many(routed, conn=conn, now=now)
 
     def job_enqueue_ids(
         self, specs: Sequence[JobSpec], *, conn: Any = None, now: Now = None
     ) -> list[int]:
-        routed = self.partitions.route(self.fairness.route(specs))
+        routed = self.partitions.route(self.fairness.route(specs, conn=conn), conn=conn)
         return self.enqueue.job_enqueue_ids(routed, conn=conn, now=now)
 
     def job_cancel(self, job_id: int, *, now: Now = None) -> JobRecord:
@@ -322,6 +324,9 @@ class SQLStore(FeatureOps):
         queues = self.pauses.unpaused(queues)
         return self.engine.job_next_due(queues=queues, tasks=tasks, now=now) if queues else None
 
+    def trace_get_many(self, job_ids: Sequence[int]) -> dict[int, str]:
+        return self.traces.trace_get_many(job_ids)
+
     # -- janitor -------------------------------------------------------------------------
     def lease_acquire(self, name: str, holder: str, ttl: float, *, now: Now = None) -> Lease | None:
         return self.maintenance.lease_acquire(name, holder, ttl, now=now)
@@ -417,3 +422,6 @@ class SQLStore(FeatureOps):
 
     def queue_stats(self, *, now: Now = None) -> list[QueueStats]:
         return self.reads.queue_stats(now=now)
+
+    def queue_active(self, *, now: Now = None) -> list[QueueStats]:
+        return self.reads.queue_active(now=now)

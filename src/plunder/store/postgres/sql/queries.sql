@@ -1574,3 +1574,26 @@ SET status = 'cancelled', finished_at = COALESCE(%(now)s::timestamptz, statement
     deadline_at = NULL, error = %(error)s
 WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('pending', 'waiting')
 RETURNING id, queue, status, limit_key;
+-- name: trace_put_many
+-- The trace context of jobs just enqueued (%(ids)s), where the producer traced; a keyed
+-- enqueue that found its job active keeps the context it was first enqueued under.
+INSERT INTO plunder_traces (job_id, context)
+SELECT id, %(context)s FROM unnest(%(ids)s::bigint[]) AS id
+ON CONFLICT (job_id) DO NOTHING;
+
+-- name: trace_get_many
+-- The trace contexts of jobs just claimed (%(ids)s), where they have one.
+SELECT job_id, context FROM plunder_traces WHERE job_id = ANY(%(ids)s::bigint[]);
+
+-- name: queue_active_counts
+-- Each queue's pending and running jobs, and the age of its oldest pending job that is due
+-- (NULL for running): for metrics at scrape time, read from the partial indexes of those
+-- statuses, never the finished jobs.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+SELECT j.queue, 'pending' AS status, count(*) AS n,
+       extract(epoch FROM clock.now - min(j.run_at) FILTER (WHERE j.run_at <= clock.now))::float8
+           AS age
+FROM plunder_jobs AS j, clock WHERE j.status = 'pending' GROUP BY j.queue, clock.now
+UNION ALL
+SELECT queue, 'running' AS status, count(*) AS n, NULL AS age
+FROM plunder_jobs WHERE status = 'running' GROUP BY queue;

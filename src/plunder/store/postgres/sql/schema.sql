@@ -303,3 +303,10 @@ FOR EACH ROW WHEN (NEW.has_children AND OLD.status IS DISTINCT FROM NEW.status
                    AND NEW.status IN ('succeeded', 'failed', 'timed_out', 'cancelled',
                                       'expired', 'skipped'))
 EXECUTE FUNCTION plunder_jobs_settle();
+
+-- The trace context a job was enqueued under, where its producer traced with OpenTelemetry
+-- (migration 16; plunder.tracing).
+CREATE TABLE plunder_traces (
+    job_id BIGINT PRIMARY KEY REFERENCES plunder_jobs (id) ON DELETE CASCADE,
+    context TEXT NOT NULL
+);

@@ -1163,3 +1163,24 @@ UPDATE plunder_jobs
 SET status = 'cancelled', finished_at = :now, deadline_at = NULL, error = :error
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('pending', 'waiting')
 RETURNING id, queue, status, limit_key;
+-- name: trace_put_many
+-- The trace context of jobs just enqueued (:ids, JSON), where the producer traced; a keyed
+-- enqueue that found its job active keeps the context it was first enqueued under.
+INSERT INTO plunder_traces (job_id, context)
+SELECT value, :context FROM json_each(:ids) WHERE true
+ON CONFLICT (job_id) DO NOTHING;
+
+-- name: trace_get_many
+-- The trace contexts of jobs just claimed (:ids, JSON), where they have one.
+SELECT job_id, context FROM plunder_traces WHERE job_id IN (SELECT value FROM json_each(:ids));
+
+-- name: queue_active_counts
+-- Each queue's pending and running jobs, and the age of its oldest pending job that is due
+-- (NULL for running): for metrics at scrape time, read from the partial indexes of those
+-- statuses, never the finished jobs.
+SELECT queue, 'pending' AS status, count(*) AS n,
+       :now - min(CASE WHEN run_at <= :now THEN run_at END) AS age
+FROM plunder_jobs WHERE status = 'pending' GROUP BY queue
+UNION ALL
+SELECT queue, 'running' AS status, count(*) AS n, NULL AS age
+FROM plunder_jobs WHERE status = 'running' GROUP BY queue;

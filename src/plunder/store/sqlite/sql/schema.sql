@@ -282,3 +282,10 @@ BEGIN
     WHERE e.parent_id = NEW.id AND plunder_jobs.id = e.child_id
       AND plunder_jobs.status = 'waiting';
 END;
+
+-- The trace context a job was enqueued under, where its producer traced with OpenTelemetry
+-- (migration 16; plunder.tracing).
+CREATE TABLE plunder_traces (
+    job_id INTEGER PRIMARY KEY REFERENCES plunder_jobs (id) ON DELETE CASCADE,
+    context TEXT NOT NULL
+);

@@ -1,1 +1,0 @@
--- plunder schema version 16: reserved for a change made beside version 20; nothing here.

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, NoReturn, Protocol, TypeVar
 
 from plunder import errors, payload
+from plunder.labels import Labelling
 from plunder.model import AckResult, Claim, Completion, JobRecord
 from plunder.protocol import WorkerProtocol
 
@@ -107,7 +108,7 @@ class JobIdentity:
         return self.job.queue
 
 
-class Context(JobIdentity):
+class Context(JobIdentity, Labelling):
     """Handed to a task that declares a parameter annotated ``plunder.Context``."""
 
     def __init__(self, job: JobRecord, store: Sink, *, on_flush_needed: Any = None) -> None:

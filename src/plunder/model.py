@@ -4,7 +4,7 @@ what comes out (jobs, runs, sessions, leases, stats)."""
 from __future__ import annotations
 
 import traceback as traceback_module
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, make_dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -204,6 +204,10 @@ class JobSpec:
     limit: Limit | None = None
     # the job's partition of a partitioned queue: a stable hash of it (None: round-robin)
     partition_key: str | None = None
+    # labels it prefers and requires, and the slots it takes (plunder.affinity)
+    affinity: Mapping[str, str] | None = None
+    require: Mapping[str, str] | None = None
+    cost: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +295,10 @@ class JobRecord:
     expires_at: datetime | None
     # Its limit key (see Limit): while it is held, run_at is its due time plus HOLD.
     limit_key: str | None
+    # The labels it prefers and requires ("{model=x}"), its slots: plunder.affinity
+    affinity: str | None
+    require: str | None
+    cost: int
 
     @property
     def claim(self) -> Claim:
@@ -354,6 +362,7 @@ class Session:
     tasks: tuple[str, ...] = ()  # the tasks its worker runs
     free_slots: int = 0  # as of its last heartbeat
     key_id: str | None = None  # the API key that opened it through a gateway
+    labels: tuple[str, ...] = ()  # its worker's labels, key=value (plunder.affinity)
 
 
 @dataclass(frozen=True, slots=True)

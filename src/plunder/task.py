@@ -62,6 +62,9 @@ class Options:
     | `limit` | `(key, n)`: at most n jobs of the key run at once, on all workers | `None` |
     | `rate` | `(key, "600/min")`: at most that many of the key's jobs start | `None` |
     | `partition_key` | a partitioned queue's partition: its hash (`None`: round-robin) | `None` |
+    | `affinity` | labels preferred: a free holder first, else any worker at once | `None` |
+    | `require` | labels required: only a worker holding them all runs it | `None` |
+    | `cost` | slots of its worker it takes while it runs | `1` |
 
     A lost attempt that is not retried ends the job ``timed_out`` (as a lost last attempt
     always has), with a ``plunder.WorkerLost`` error naming the session: nothing whose
@@ -94,6 +97,9 @@ class Options:
     limit: tuple[str, int] | None = None
     rate: tuple[str, str] | None = None
     partition_key: str | None = None
+    affinity: dict[str, str] | None = None  # see docs/guide/affinity.md
+    require: dict[str, str] | None = None
+    cost: int = 1
 
     def spec(self, task: str, args: Sequence[Any], kwargs: dict[str, Any]) -> JobSpec:
         return self.maker(task)(args, kwargs)

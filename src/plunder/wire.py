@@ -174,6 +174,7 @@ def hello_out(hello: Hello) -> dict[str, Any]:
         "tasks": [task_info_out(t) for t in hello.tasks],
         "expiry": hello.expiry,
         "free_slots": hello.free_slots,
+        **({"labels": list(hello.labels)} if hello.labels else {}),  # an older gateway refuses it
     }
 
 
@@ -187,6 +188,7 @@ def hello_in(data: Any) -> Hello:
         tasks=tuple(f.items("tasks", task_info_in)),
         expiry=f.take("expiry", float),
         free_slots=f.take("free_slots", int, 0),
+        labels=f.strings("labels", ()),
     )
     f.done()
     return hello
@@ -234,14 +236,14 @@ def _required(value: T | None, name: str) -> T:
 
 
 def beat_out(beat: Beat) -> dict[str, Any]:
-    return {"running": [claim_out(c) for c in beat.running], "free_slots": beat.free_slots}
+    labels = {} if beat.labels is None else {"labels": list(beat.labels)}  # older: refused
+    return {"running": [claim_out(c) for c in beat.running], "free_slots": beat.free_slots} | labels
 
 
 def beat_in(data: Any, session_id: str) -> Beat:
     f = Fields(data, "a heartbeat")
-    beat = Beat(
-        session_id, tuple(f.items("running", claim_in, [])), f.take("free_slots", int, None)
-    )
+    running = tuple(f.items("running", claim_in, []))
+    beat = Beat(session_id, running, f.take("free_slots", int, None), f.strings("labels", None))
     f.done()
     return beat
 
@@ -405,11 +407,9 @@ def job_in(data: Any) -> JobRecord:
 
 
 def spec_out(spec: JobSpec) -> dict[str, Any]:
-    """Every field, but a partition key only where there is one (a gateway older than
-    the field refuses it)."""
-    data = {name: getattr(spec, name) for name in JobSpec.__slots__}
-    if data["partition_key"] is None:
-        del data["partition_key"]
+    data = {name: getattr(spec, name) for name in JobSpec.__slots__}  # new ones only if set
+    for name in ("partition_key", "affinity", "require", "cost"):
+        data.pop(name) if data[name] == _SPEC_UNSET.get(name) else None
     limit = spec.limit
     data["limit"] = None if limit is None else {"key": limit.key, "ceiling": limit.ceiling,
                                                 "rate": limit.rate}  # fmt: skip
@@ -434,8 +434,10 @@ _SPEC_KINDS: dict[str, tuple[type, ...]] = {
     "delay": (float,), "max_attempts": (int,), "timeout": (float,), "backoff_base": (float,),
     "backoff_cap": (float,), "retry_on_timeout": (bool,), "key": (str,),
     "retry_on_lost": (bool,), "expires_in": (float,), "partition_key": (str,),
+    "affinity": (dict,), "require": (dict,), "cost": (int,),
 }  # fmt: skip
-_SPEC_OPTIONAL = {"timeout", "key", "expires_in", "partition_key"}
+_SPEC_UNSET = {"cost": 1}  # spec_out leaves a new field out at this value, or None
+_SPEC_OPTIONAL = {"timeout", "key", "expires_in", "partition_key", "affinity", "require"}
 
 
 def spec_in(data: Any) -> JobSpec:

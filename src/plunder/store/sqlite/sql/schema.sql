@@ -44,7 +44,11 @@ CREATE TABLE plunder_jobs (
     run_pid INTEGER,
     run_logs TEXT,
     -- its limit key (migration 14; docs/guide/limits.md)
-    limit_key TEXT
+    limit_key TEXT,
+    -- the labels it prefers and requires ('{model=x}'), and its slots (migration 16)
+    affinity TEXT,
+    require TEXT,
+    cost INTEGER NOT NULL DEFAULT 1 CHECK (cost >= 1)
 );
 
 -- Claims walk one queue's pending jobs in claim order, one priority level at a time, and
@@ -105,7 +109,10 @@ CREATE TABLE plunder_sessions (
     tasks TEXT NOT NULL DEFAULT '[]',
     free_slots INTEGER NOT NULL DEFAULT 0,
     -- the API key that opened it through the gateway (migration 13); NULL: direct
-    key_id TEXT
+    key_id TEXT,
+    -- its worker's labels (key=value), and until when its free_slots count (migration 16)
+    labels TEXT NOT NULL DEFAULT '[]',
+    free_until REAL
 );
 CREATE INDEX plunder_sessions_expiry ON plunder_sessions (expires_at);
 CREATE INDEX plunder_sessions_key ON plunder_sessions (key_id) WHERE key_id IS NOT NULL;

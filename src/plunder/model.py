@@ -204,8 +204,7 @@ class JobSpec:
     limit: Limit | None = None
     # the job's partition of a partitioned queue: a stable hash of it (None: round-robin)
     partition_key: str | None = None
-    # labels it prefers and requires, and the slots it takes (plunder.affinity)
-    affinity: Mapping[str, str] | None = None
+    affinity: Mapping[str, str] | None = None  # these three: plunder.affinity
     require: Mapping[str, str] | None = None
     cost: int = 1
 
@@ -386,6 +385,7 @@ class Unrunnable:
     task: str
     queue: str
     pending: int
+    require: str | None = None  # labels they require, which no live worker holds
 
 
 @dataclass(frozen=True, slots=True)

@@ -891,16 +891,18 @@ SELECT queue, status, count(*) AS n FROM plunder_jobs GROUP BY queue, status;
 -- name: job_unrunnable
 -- Pending jobs that no live session can run, counted by task and queue: no live session
 -- lists both their queue and their task. A read for people, as queue_counts. A
--- partition's queue ("q~3", migration 14) counts as its queue.
-SELECT p.task, p.queue, p.n FROM (
-    SELECT task, split_part(queue, '~', 1) AS queue, count(*) AS n FROM plunder_jobs
-    WHERE status = 'pending' GROUP BY 1, 2
+-- partition's queue ("q~3", migration 14) counts as its queue. Jobs that require labels
+-- (migration 16) count apart: they also need a session holding those labels.
+SELECT p.task, p.queue, p.require, p.n FROM (
+    SELECT task, split_part(queue, '~', 1) AS queue, require, count(*) AS n FROM plunder_jobs
+    WHERE status = 'pending' GROUP BY 1, 2, 3
 ) AS p
 WHERE NOT EXISTS (
     SELECT 1 FROM plunder_sessions AS s
     WHERE s.expires_at > COALESCE(%(now)s::timestamptz, statement_timestamp())
-      AND p.queue = ANY(s.queues) AND p.task = ANY(s.tasks))
-ORDER BY p.task, p.queue;
+      AND p.queue = ANY(s.queues) AND p.task = ANY(s.tasks)
+      AND (p.require IS NULL OR p.require::text[] <@ s.labels))
+ORDER BY p.task, p.queue, p.require NULLS FIRST;
 
 -- name: queue_oldest_pending
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)

@@ -633,19 +633,23 @@ SELECT queue, status, count(*) AS n FROM plunder_jobs GROUP BY queue, status;
 -- name: job_unrunnable
 -- Pending jobs that no live session can run, counted by task and queue: no live session
 -- lists both their queue and their task. A read for people, as queue_counts. A
--- partition's queue ("q~3", migration 14) counts as its queue.
-SELECT p.task, p.queue, p.n FROM (
+-- partition's queue ("q~3", migration 14) counts as its queue. Jobs that require labels
+-- (migration 16) count apart: they also need a session holding those labels.
+SELECT p.task, p.queue, p.require, p.n FROM (
     SELECT task, CASE WHEN instr(queue, '~') > 0 THEN substr(queue, 1, instr(queue, '~') - 1)
-                      ELSE queue END AS queue, count(*) AS n
+                      ELSE queue END AS queue, require, count(*) AS n
     FROM plunder_jobs
-    WHERE status = 'pending' GROUP BY 1, 2
+    WHERE status = 'pending' GROUP BY 1, 2, 3
 ) AS p
 WHERE NOT EXISTS (
     SELECT 1 FROM plunder_sessions AS s
     WHERE s.expires_at > :now
       AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = p.queue)
-      AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = p.task))
-ORDER BY p.task, p.queue;
+      AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = p.task)
+      AND (p.require IS NULL OR NOT EXISTS (
+          SELECT 1 FROM json_each('["' || replace(trim(p.require, '{}'), ',', '","') || '"]') AS a
+          WHERE a.value NOT IN (SELECT value FROM json_each(s.labels)))))
+ORDER BY p.task, p.queue, p.require IS NOT NULL, p.require;
 
 -- name: queue_oldest_pending
 SELECT queue, :now - min(run_at) AS age FROM plunder_jobs

@@ -6,14 +6,14 @@
                          └──▶ Hello (the session opens with them), then every Beat
 ```
 
-A change reaches the session with the next heartbeat (``on_change`` asks for it at once
-where the worker can), so claims of other workers see the new holder from then on.
+A change reaches the session with the worker's next heartbeat (within one heartbeat
+interval): claims see the new holder from then on.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from plunder import affinity, errors
 
@@ -24,7 +24,6 @@ class Labels:
     def __init__(self, given: Mapping[str, str] | Iterable[str] | None = None) -> None:
         self._held = dict(map(affinity.parse, affinity.labels(given)))
         self._lock = threading.Lock()
-        self.on_change: Callable[[], None] | None = None
 
     def held(self) -> tuple[str, ...]:
         with self._lock:
@@ -36,16 +35,10 @@ class Labels:
             if len(self._held) >= affinity.MAX_LABELS and key not in self._held:
                 raise ValueError(f"a worker holds at most {affinity.MAX_LABELS} labels")
             self._held[key] = value
-        self._changed()
 
     def remove(self, key: str) -> None:
         with self._lock:
             self._held.pop(key, None)
-        self._changed()
-
-    def _changed(self) -> None:
-        if self.on_change is not None:
-            self.on_change()
 
 
 class Labelling:

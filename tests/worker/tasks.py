@@ -290,3 +290,24 @@ def provider_call(ctx: plunder.Context, pause: float) -> int:
     if pause and ctx.attempt == 1:
         ctx.pause_limit(seconds=pause)
     return ctx.attempt
+
+
+@app.task(name="whoami")
+def whoami(seconds: float = 0.0) -> int:
+    """The worker process that ran it, after ``seconds``."""
+    time.sleep(seconds)
+    return os.getpid()
+
+
+@app.task(name="load_model")
+def load_model(ctx: plunder.Context, model: str) -> int:
+    """Says that this worker now holds ``model`` (label model=...), as a model farm would
+    once the weights are loaded."""
+    ctx.add_label("model", model)
+    return os.getpid()
+
+
+@app.task(name="unload_model")
+def unload_model(ctx: plunder.Context) -> int:
+    ctx.remove_label("model")
+    return os.getpid()

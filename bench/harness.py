@@ -39,6 +39,9 @@ Scenarios:
     one killed and one added, 3 times (1 with --quick): time to full ownership after each,
     jobs of a killed owner's partitions stolen before the rebalance, double claims.
     Run only when named, ``--scenarios 12``
+ 13 affinity: 4 workers (-c 2), 2 holding label A; a burst of jobs preferring A: the share
+    run on holders while one had a free slot, and, all holders busy, a preferred job's
+    enqueue→first line against a plain one's. Run only when named, ``--scenarios 13``
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ MEASUREMENTS: dict[str, tuple[str, dict[str, Any]]] = {
     "limits": ("limits", {}),
     **{f"fleet_{n}": ("fleet", {"workers": n}) for n in (1, 2, 4, 8, 16)},
     "rebalance": ("rebalance", {"workers": 8}),
+    "affinity": ("affinity", {"workers": 4}),
 }
 PG_SCENARIOS = {
     "1": ["enqueue"],
@@ -113,8 +117,9 @@ POOL_SCENARIO = {"8": ["pool"]}  # pool_jobs no-op jobs, -c 8: threads vs the wa
 FLEET_SCENARIO = {"9": [f"fleet_{n}" for n in (1, 2, 4, 8, 16)]}
 LIMITS_SCENARIO = {"11": ["limits"]}
 PARTITIONS_SCENARIO = {"12": ["rebalance"]}  # 8 workers: only when --scenarios names it
+AFFINITY_SCENARIO = {"13": ["affinity"]}
 # too long for every run: only when --scenarios names them
-NAMED_ONLY = frozenset(FLEET_SCENARIO | LIMITS_SCENARIO | PARTITIONS_SCENARIO)
+NAMED_ONLY = frozenset(FLEET_SCENARIO | LIMITS_SCENARIO | PARTITIONS_SCENARIO | AFFINITY_SCENARIO)
 SERIAL = "-c 100 --depth 1"
 SYSTEMS = {
     s.name: s
@@ -123,7 +128,12 @@ SYSTEMS = {
             "plunder_pg",
             "pg",
             False,
-            PG_SCENARIOS | POOL_SCENARIO | FLEET_SCENARIO | LIMITS_SCENARIO | PARTITIONS_SCENARIO,
+            PG_SCENARIOS
+            | POOL_SCENARIO
+            | FLEET_SCENARIO
+            | LIMITS_SCENARIO
+            | PARTITIONS_SCENARIO
+            | AFFINITY_SCENARIO,
             "production defaults (fencing, run history, wake-ups, session expiry 5 s, "
             "janitor 1 s); worker `-c 300` (turns sent ahead, each claiming up to 100, a "
             "third of the slots); scenario 8 with `-c 8`, tasks on threads; scenario 9 "

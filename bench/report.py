@@ -38,6 +38,14 @@ MEDIAN_KEYS = (
     "rate_alone",
     "rate_unlimited",
     "ratio",
+    "share",
+    "on_holders",
+    "elsewhere",
+    "elsewhere_holder_free",
+    "wait_preferred_ms",
+    "wait_plain_ms",
+    "extra_wait_ms",
+    "wait_preferred_p95_ms",
     "ratio_unlimited",
     "most_at_once",
 )
@@ -56,6 +64,7 @@ COLUMNS = [
     ("sessions", "200 idle remote sessions: gateway's connections, memory each"),
     ("limits", "beside a limit of 10, 4 procs -c 50: no-ops/s, × alone, most at once"),
     ("rebalance", "partitions: kill→owned / expiry→owned / join→owned (s), stolen, double"),
+    ("affinity", "affinity: share on holders while free; preferred / plain wait (ms)"),
 ]
 LATENCIES = ("latency", "first_line")
 FLEET_PREFIX = "fleet_"  # fleet_1 … fleet_16: scenario 9, one measurement per process count
@@ -91,6 +100,13 @@ def summary(result: dict[str, Any]) -> str:
         return f"error: {result['error']}"
     if "p50" in result:
         return f"p50 {result['p50']:.1f} ms, p95 {result['p95']:.1f} ms, p99 {result['p99']:.1f} ms"
+    if "share" in result:
+        return (
+            f"share on holders {result['share']:.1%} ({result['on_holders']} on holders, "
+            f"{result['elsewhere_holder_free']} of {result['elsewhere']} elsewhere while one "
+            f"was free); wait {result['wait_preferred_ms']:.1f} ms preferred, "
+            f"{result['wait_plain_ms']:.1f} ms plain (+{result['extra_wait_ms']:.1f})"
+        )
     if "ratio" in result:
         return (
             f"{result['rate']:,.0f} jobs/s beside the limit, {result['rate_alone']:,.0f} alone "
@@ -127,6 +143,11 @@ def cell(m: dict[str, Any] | None, measurement: str) -> str:
         return f"{m['connections']:.0f} conns, {m['kib_per_session']:.0f} KiB each"
     if measurement == "limits":
         return f"{m['rate']:,.0f}, ×{m['ratio']:.2f}, {m['most_at_once']:.0f}"
+    if measurement == "affinity":
+        return (
+            f"{m['share']:.1%}, {m['wait_preferred_ms']:.1f} / {m['wait_plain_ms']:.1f} "
+            f"(+{m['extra_wait_ms']:.1f})"
+        )
     return f"{m['rate']:,.0f}"
 
 
@@ -277,6 +298,7 @@ def targets(medians: dict[str, dict[str, Any]], variants: dict[str, str]) -> lis
     _fleet(goals)
     _gateway(goals)
     _limits(goals)
+    _affinity(goals)
     return goals.rows
 
 
@@ -338,6 +360,18 @@ def _latency(goals: Goals) -> None:
     rescue = get("plunder_pg", "rescue", "seconds")
     goals.check("rescue ≤ 10 s (defaults)", rescue, 10.0, "s", higher=False)
     _partitions(goals)
+
+
+def _affinity(goals: Goals) -> None:
+    """Scenario 13, where it ran: ≥ 95 % on holders while one was free; a preferred job's
+    wait with every holder busy ≤ 10 ms beyond a plain job's."""
+    if goals.get("plunder_pg", "affinity", "share") is None:
+        return
+    share = goals.get("plunder_pg", "affinity", "share")
+    goals.check("plunder_pg: affinity, share on free holders", share, 0.95, "", higher=True)
+    extra = goals.get("plunder_pg", "affinity", "extra_wait_ms")
+    goals.check("plunder_pg: affinity, extra wait with holders busy", extra, 10.0, "ms",
+                higher=False)  # fmt: skip
 
 
 def _partitions(goals: Goals) -> None:

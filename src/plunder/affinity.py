@@ -7,7 +7,7 @@ for one). Both are stored as one text in PostgreSQL's array literal form,
 ``{gpu=a100,model=llama3-70b}`` (sorted; NULL: none), which PostgreSQL casts to text[] and
 SQLite takes apart; the characters a label may have make that literal need no quoting.
 
-A job's ``cost`` is how many of a worker's slots it takes (1 by default).
+A job's ``cost``, the slots it would take, is stored; only 1 is accepted so far.
 """
 
 from __future__ import annotations
@@ -71,6 +71,10 @@ def of_stored(text: str | None) -> dict[str, str]:
 
 
 def cost(value: Any) -> int:
+    """A job's slots: 1 for now. The column is there; claims by free capacity are not, so
+    a larger cost is refused rather than stored and ignored."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COST:
         raise ValueError(f"cost must be an integer from 1 to {MAX_COST}, not {value!r}")
+    if value != 1:
+        raise ValueError(f"cost {value}: jobs of more than one slot are not supported yet")
     return value

@@ -14,7 +14,7 @@ from plunder.states import Status
 from plunder.store import Store
 from tests.worker.conftest import Workers, session_of, wait_for
 
-FREE_WINDOW = 2.0  # a free-slot report counts this long (migration 16)
+FREE_WINDOW = 2.0  # a free-slot report counts this long (migration 22)
 
 
 def _done(store: Store, ids: list[int]) -> bool:

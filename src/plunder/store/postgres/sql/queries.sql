@@ -215,7 +215,7 @@ picked AS (
         peers AS (SELECT s.id, s.tasks FROM plunder_sessions s WHERE s.expires_at > clock.now
                   AND s.free_slots > 0 AND q.name = ANY(s.queues)),
         -- the labelled sessions of this queue with a free slot reported lately (h), and
-        -- this session's labels (m): read only for jobs with affinity (migration 16)
+        -- this session's labels (m): read only for jobs with affinity (migration 22)
         h AS (SELECT s.labels, s.tasks FROM plunder_sessions s WHERE s.free_until > clock.now
               AND s.free_slots > 0 AND s.labels <> '{}' AND q.name = ANY(s.queues)),
         m AS (SELECT labels FROM plunder_sessions WHERE id = %(session_id)s)
@@ -307,7 +307,7 @@ claimed AS (
               require, cost
 ),
 -- a labelled session's free slots after this claim (the slots it asked to fill, less
--- what it took), counted by others' claims for 2 s (see migration 16)
+-- what it took), counted by others' claims for 2 s (see migration 22)
 reported AS (
     UPDATE plunder_sessions AS s
     SET free_slots = GREATEST(%(limit)s - (SELECT count(*) FROM claimed), 0),
@@ -655,7 +655,7 @@ RETURNING *;
 -- name: session_heartbeat
 -- A session past its expiry is dead even before the janitor reaps it: it cannot come back.
 -- Its free slots as the worker counts them now (NULL: unchanged), which a claim counts
--- for 2 s (or its expiry, if shorter; see migration 16), and its labels (NULL: unchanged).
+-- for 2 s (or its expiry, if shorter; see migration 22), and its labels (NULL: unchanged).
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 UPDATE plunder_sessions AS s
 SET heartbeat_at = clock.now, expires_at = clock.now + s.expiry * interval '1 second',
@@ -892,7 +892,7 @@ SELECT queue, status, count(*) AS n FROM plunder_jobs GROUP BY queue, status;
 -- Pending jobs that no live session can run, counted by task and queue: no live session
 -- lists both their queue and their task. A read for people, as queue_counts. A
 -- partition's queue ("q~3", migration 14) counts as its queue. Jobs that require labels
--- (migration 16) count apart: they also need a session holding those labels.
+-- (migration 22) count apart: they also need a session holding those labels.
 SELECT p.task, p.queue, p.require, p.n FROM (
     SELECT task, split_part(queue, '~', 1) AS queue, require, count(*) AS n FROM plunder_jobs
     WHERE status = 'pending' GROUP BY 1, 2, 3

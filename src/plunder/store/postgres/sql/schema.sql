@@ -43,7 +43,7 @@ CREATE TABLE plunder_jobs (
     run_logs TEXT,
     -- its limit key (migration 14; docs/guide/limits.md)
     limit_key TEXT,
-    -- the labels it prefers and requires ('{model=x}'), and its slots (migration 16)
+    -- the labels it prefers and requires ('{model=x}'), and its slots (migration 22)
     affinity TEXT,
     require TEXT,
     cost INTEGER NOT NULL DEFAULT 1 CHECK (cost >= 1)
@@ -109,7 +109,7 @@ CREATE TABLE plunder_sessions (
     free_slots INTEGER NOT NULL DEFAULT 0,
     -- the API key that opened it through the gateway (migration 13); NULL: direct
     key_id TEXT,
-    -- its worker's labels (key=value), and until when its free_slots count (migration 16)
+    -- its worker's labels (key=value), and until when its free_slots count (migration 22)
     labels TEXT[] NOT NULL DEFAULT '{}',
     free_until TIMESTAMPTZ
 );

@@ -140,7 +140,7 @@ WHERE j.status = 'pending'
             AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
             AND s.id NOT IN (SELECT f.value FROM json_each(j.failed_sessions) AS f)))
   -- preferred labels: held here, or by no labelled session of the queue with a free slot
-  -- reported lately (migration 16); required labels: held here
+  -- reported lately (migration 22); required labels: held here
   AND (j.affinity IS NULL OR NOT EXISTS (
       SELECT 1 FROM json_each('["' || replace(trim(j.affinity, '{}'), ',', '","') || '"]') AS a
       WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id))))
@@ -182,7 +182,7 @@ WHERE j.status = 'pending'
             AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
             AND s.id NOT IN (SELECT f.value FROM json_each(j.failed_sessions) AS f)))
   -- preferred labels: held here, or by no labelled session of the queue with a free slot
-  -- reported lately (migration 16); required labels: held here
+  -- reported lately (migration 22); required labels: held here
   AND (j.affinity IS NULL OR NOT EXISTS (
       SELECT 1 FROM json_each('["' || replace(trim(j.affinity, '{}'), ',', '","') || '"]') AS a
       WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id))))
@@ -227,7 +227,7 @@ RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts
 
 -- name: session_free
 -- A labelled session's free slots after its claim (the slots it asked to fill, less what it
--- took), counted by others' claims for 2 s (see migration 16); run in the claim's
+-- took), counted by others' claims for 2 s (see migration 22); run in the claim's
 -- transaction.
 UPDATE plunder_sessions SET free_slots = max(:free_slots, 0), free_until = :now + min(expiry, 2.0)
 WHERE id = :session_id AND labels != '[]' AND expires_at > :now;
@@ -442,7 +442,7 @@ RETURNING *;
 -- name: session_heartbeat
 -- A session past its expiry is dead even before the janitor reaps it: it cannot come back.
 -- Its free slots as the worker counts them now (NULL: unchanged), which a claim counts
--- for 2 s (or its expiry, if shorter; see migration 16), and its labels (NULL: unchanged).
+-- for 2 s (or its expiry, if shorter; see migration 22), and its labels (NULL: unchanged).
 UPDATE plunder_sessions
 SET heartbeat_at = :now, expires_at = :now + expiry,
     free_slots = coalesce(:free_slots, free_slots),
@@ -634,7 +634,7 @@ SELECT queue, status, count(*) AS n FROM plunder_jobs GROUP BY queue, status;
 -- Pending jobs that no live session can run, counted by task and queue: no live session
 -- lists both their queue and their task. A read for people, as queue_counts. A
 -- partition's queue ("q~3", migration 14) counts as its queue. Jobs that require labels
--- (migration 16) count apart: they also need a session holding those labels.
+-- (migration 22) count apart: they also need a session holding those labels.
 SELECT p.task, p.queue, p.require, p.n FROM (
     SELECT task, CASE WHEN instr(queue, '~') > 0 THEN substr(queue, 1, instr(queue, '~') - 1)
                       ELSE queue END AS queue, require, count(*) AS n

@@ -49,6 +49,9 @@ Scenarios:
     parent's acknowledgement (finished_at) to its first line, beside plain enqueue→first
     line in the same run; a fan-out and fan-in of 10,000 jobs (1,000 with --quick), its
     jobs/s and its one enqueue's time. Run only when named, ``--scenarios 15``
+ 13 affinity: 4 workers (-c 2), 2 holding label A; a burst of jobs preferring A: the share
+    run on holders while one had a free slot, and, all holders busy, a preferred job's
+    enqueue→first line against a plain one's. Run only when named, ``--scenarios 13``
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ MEASUREMENTS: dict[str, tuple[str, dict[str, Any]]] = {
     "fairness": ("fairness", {"workers": 2}),
     "ordered": ("ordered", {}),
     "flows": ("flows", {}),
+    "affinity": ("affinity", {"workers": 4}),
 }
 PG_SCENARIOS = {
     "1": ["enqueue"],
@@ -126,6 +130,7 @@ POOL_SCENARIO = {"8": ["pool"]}  # pool_jobs no-op jobs, -c 8: threads vs the wa
 FLEET_SCENARIO = {"9": [f"fleet_{n}" for n in (1, 2, 4, 8, 16)]}
 LIMITS_SCENARIO = {"11": ["limits"]}
 PARTITIONS_SCENARIO = {"12": ["rebalance"]}  # 8 workers: only when --scenarios names it
+AFFINITY_SCENARIO = {"13": ["affinity"]}
 FAIRNESS_SCENARIO = {"14": ["fairness"]}
 FLOWS_SCENARIO = {"15": ["flows"]}
 ORDERED_SCENARIO = {"16": ["ordered"]}
@@ -134,6 +139,7 @@ NAMED_ONLY = frozenset(
     FLEET_SCENARIO
     | LIMITS_SCENARIO
     | PARTITIONS_SCENARIO
+    | AFFINITY_SCENARIO
     | FAIRNESS_SCENARIO
     | FLOWS_SCENARIO
     | ORDERED_SCENARIO
@@ -151,6 +157,7 @@ SYSTEMS = {
             | FLEET_SCENARIO
             | LIMITS_SCENARIO
             | PARTITIONS_SCENARIO
+            | AFFINITY_SCENARIO
             | FAIRNESS_SCENARIO
             | FLOWS_SCENARIO
             | ORDERED_SCENARIO,

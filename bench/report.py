@@ -38,6 +38,14 @@ MEDIAN_KEYS = (
     "rate_alone",
     "rate_unlimited",
     "ratio",
+    "share",
+    "on_holders",
+    "elsewhere",
+    "elsewhere_holder_free",
+    "wait_preferred_ms",
+    "wait_plain_ms",
+    "extra_wait_ms",
+    "wait_preferred_p95_ms",
     "ratio_unlimited",
     "most_at_once",
     "b_p99_plain_ms",
@@ -69,6 +77,7 @@ COLUMNS = [
     ("fairness", "tenant b's p99 wait behind a's burst: plain / fair queue (ms)"),
     ("ordered", "ordered keys, 4 procs -c 50: jobs/s ordered / unordered, ×, overlaps"),
     ("flows", "workflows: ack→child p50/p99, beside enqueue→first line p50/p99 (ms); fan jobs/s"),
+    ("affinity", "affinity: share on holders while free; preferred / plain wait (ms)"),
 ]
 LATENCIES = ("latency", "first_line")
 FLEET_PREFIX = "fleet_"  # fleet_1 … fleet_16: scenario 9, one measurement per process count
@@ -127,6 +136,13 @@ def summary(result: dict[str, Any]) -> str:
             f"{result['rate']:,.0f} jobs/s in {result['seconds']:.2f}s (enqueue "
             f"{result['enqueue_seconds']:.2f}s)"
         )
+    if "share" in result:
+        return (
+            f"share on holders {result['share']:.1%} ({result['on_holders']} on holders, "
+            f"{result['elsewhere_holder_free']} of {result['elsewhere']} elsewhere while one "
+            f"was free); wait {result['wait_preferred_ms']:.1f} ms preferred, "
+            f"{result['wait_plain_ms']:.1f} ms plain (+{result['extra_wait_ms']:.1f})"
+        )
     if "ratio" in result:
         return (
             f"{result['rate']:,.0f} jobs/s beside the limit, {result['rate_alone']:,.0f} alone "
@@ -174,6 +190,11 @@ def cell(m: dict[str, Any] | None, measurement: str) -> str:
         return (
             f"{m['child_p50']:.1f}/{m['child_p99']:.1f} beside "
             f"{m['plain_p50']:.1f}/{m['plain_p99']:.1f}; {m['rate']:,.0f}"
+        )
+    if measurement == "affinity":
+        return (
+            f"{m['share']:.1%}, {m['wait_preferred_ms']:.1f} / {m['wait_plain_ms']:.1f} "
+            f"(+{m['extra_wait_ms']:.1f})"
         )
     return f"{m['rate']:,.0f}"
 
@@ -325,6 +346,7 @@ def targets(medians: dict[str, dict[str, Any]], variants: dict[str, str]) -> lis
     _fleet(goals)
     _gateway(goals)
     _limits(goals)
+    _affinity(goals)
     return goals.rows
 
 
@@ -386,6 +408,18 @@ def _latency(goals: Goals) -> None:
     rescue = get("plunder_pg", "rescue", "seconds")
     goals.check("rescue ≤ 10 s (defaults)", rescue, 10.0, "s", higher=False)
     _partitions(goals)
+
+
+def _affinity(goals: Goals) -> None:
+    """Scenario 13, where it ran: ≥ 95 % on holders while one was free; a preferred job's
+    wait with every holder busy ≤ 10 ms beyond a plain job's."""
+    if goals.get("plunder_pg", "affinity", "share") is None:
+        return
+    share = goals.get("plunder_pg", "affinity", "share")
+    goals.check("plunder_pg: affinity, share on free holders", share, 0.95, "", higher=True)
+    extra = goals.get("plunder_pg", "affinity", "extra_wait_ms")
+    goals.check("plunder_pg: affinity, extra wait with holders busy", extra, 10.0, "ms",
+                higher=False)  # fmt: skip
 
 
 def _partitions(goals: Goals) -> None:

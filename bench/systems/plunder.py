@@ -267,6 +267,14 @@ def fleet(p: Params) -> dict[str, Any]:
     return plunder_fleet.fleet(p)
 
 
+def affinity(p: Params) -> dict[str, Any]:
+    """Scenario 13 (bench.systems.plunder_affinity): jobs preferring a label 2 of 4
+    workers hold."""
+    from bench.systems import plunder_affinity
+
+    return plunder_affinity.affinity(p)
+
+
 def rebalance(p: Params) -> dict[str, Any]:
     """Scenario 12 (bench.systems.plunder_partitions): owners of a partitioned queue
     killed and added while jobs stream in."""
@@ -414,4 +422,5 @@ SCENARIOS = {
     "first_line": first_line,
     "fleet": fleet,
     "rebalance": rebalance,
+    "affinity": affinity,
 }

@@ -2,10 +2,9 @@
 a logger whose lines land in the run's history, and ``transaction()`` for writes that
 commit together with the job's acknowledgement.
 
-Stream events and progress are buffered in memory and written by the worker in batches
-(every ~50 ms or 4 KiB, whichever comes first), fenced like every other worker write: if
-the claim is no longer current the events are discarded and the task is told to stop.
-"""
+Stream events and progress are buffered and written by the worker in batches (~50 ms or
+4 KiB), fenced like every other worker write: if the claim is no longer current, the
+events are discarded and the task is told to stop."""
 
 from __future__ import annotations
 
@@ -21,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, NoReturn, Protocol, TypeVar
 
 from plunder import errors, graph, logs, payload
+from plunder.labels import Labelling
 from plunder.model import AckResult, Claim, Completion, JobRecord
 from plunder.protocol import WorkerProtocol
 
@@ -107,7 +107,7 @@ class JobIdentity:
         return self.job.queue
 
 
-class Context(JobIdentity):
+class Context(JobIdentity, Labelling):
     """Handed to a task that declares a parameter annotated ``plunder.Context``."""
 
     def __init__(self, job: JobRecord, store: Sink, *, on_flush_needed: Any = None) -> None:

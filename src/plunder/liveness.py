@@ -46,6 +46,7 @@ class Liveness:
         free: Callable[[], int] | None = None,
         queues: Callable[[tuple[str, ...], float], None] | None = None,
         partitions: Callable[[Sequence[Partitioning]], None] | None = None,
+        labels: Callable[[], tuple[str, ...]] | None = None,
     ) -> None:
         """``session()``: the session to keep (None while there is none); ``quiet()``: no
         heartbeat now (the session is lost already, or being closed); ``claims()``: the
@@ -64,6 +65,7 @@ class Liveness:
         self._free = free
         self._queues = queues
         self._partitions = partitions
+        self._labels = labels  # the worker's labels, sent with each heartbeat
         self._lock = threading.Lock()
         self._unknown: set[Claim] = set()  # reported, not yet looked at
         self._unknown_at = 0.0  # when a report last came in (time.monotonic())
@@ -173,7 +175,10 @@ class Liveness:
             sent = time.monotonic()
             try:
                 free = None if self._free is None else self._free()
-                beat = self.link.heartbeat(Beat(session_id, tuple(claims), free), via=connection)
+                labels = None if self._labels is None else self._labels()
+                beat = self.link.heartbeat(
+                    Beat(session_id, tuple(claims), free, labels), via=connection
+                )
                 return beat, sent
             except errors.StoreBusy:
                 wait = backoff.next_wait()

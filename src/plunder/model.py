@@ -4,7 +4,7 @@ what comes out (jobs, runs, sessions, leases, stats)."""
 from __future__ import annotations
 
 import traceback as traceback_module
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, make_dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -202,13 +202,13 @@ class JobSpec:
     retry_on_lost: bool = True
     expires_in: float | None = None
     limit: Limit | None = None
-    # the job's partition of a partitioned queue: a stable hash of it (None: round-robin)
+    # the rest: see plunder.task.Options, and docs/guide (partitions, fairness, affinity)
     partition_key: str | None = None
-    # its key's jobs run one at a time in enqueue order: True or "continue", or "stop" the
-    # key when one fails (plunder.store.ordering)
     ordered: bool | str = False
-    # its group (a tenant): a fair queue's claims take the groups in turn
     group: str | None = None
+    affinity: Mapping[str, str] | None = None
+    require: Mapping[str, str] | None = None
+    cost: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,11 +291,13 @@ class JobRecord:
     # How often its worker died while running it, since it last ran to an outcome.
     losses: int
     retry_on_lost: bool
-    # The start-by deadline (expires_in): it bounds every start, a retry's too (a claim
-    # never clears it); None: none, as after a retry by hand.
+    # The start-by deadline (expires_in): it bounds every start, a retry's too; None: none.
     expires_at: datetime | None
     # Its limit key (see Limit): while it is held, run_at is its due time plus HOLD.
     limit_key: str | None
+    affinity: str | None  # the labels it prefers and requires ("{model=x}"): plunder.affinity
+    require: str | None
+    cost: int
 
     @property
     def claim(self) -> Claim:
@@ -359,6 +361,7 @@ class Session:
     tasks: tuple[str, ...] = ()  # the tasks its worker runs
     free_slots: int = 0  # as of its last heartbeat
     key_id: str | None = None  # the API key that opened it through a gateway
+    labels: tuple[str, ...] = ()  # its worker's labels, key=value (plunder.affinity)
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,6 +385,7 @@ class Unrunnable:
     task: str
     queue: str
     pending: int
+    require: str | None = None  # labels they require, which no live worker holds
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from plunder import errors
+from plunder import affinity, errors
 from plunder.turns import MAX_DEPTH
 
 if TYPE_CHECKING:
@@ -21,6 +22,8 @@ class WorkerOptions:
     name: str | None = None
     janitor: bool = True
     grace: float = 30.0
+    # key=value texts or a dict (docs/guide/affinity.md)
+    labels: tuple[str, ...] | Mapping[str, str] = ()
     pool: str | None = None  # "process" runs every plain-function task in a process
     # turns in flight at most (plunder.turns): 1, one at a time; more where the link has
     # a pipe (PostgreSQL), on a connection the worker holds while busy
@@ -37,6 +40,10 @@ class WorkerOptions:
             raise errors.ConfigError("concurrency must be at least 1")
         if not 1 <= self.depth <= MAX_DEPTH:
             raise errors.ConfigError(f"depth must be from 1 to {MAX_DEPTH}, not {self.depth!r}")
+        try:
+            affinity.labels(self.labels)
+        except ValueError as exc:
+            raise errors.ConfigError(f"worker labels: {exc}") from None
         if not len(app.registry):
             raise errors.ConfigError("the app has no tasks: nothing to work on")
         return self

@@ -59,6 +59,7 @@ class Hello:
     tasks: tuple[TaskInfo, ...]
     expiry: float  # seconds without a heartbeat after which the session is gone
     free_slots: int = 0
+    labels: tuple[str, ...] = ()  # key=value (plunder.affinity)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,7 @@ class Beat:
     session_id: str
     running: tuple[Claim, ...] = ()
     free_slots: int | None = None
+    labels: tuple[str, ...] | None = None  # the worker's labels now (None: unchanged)
 
 
 NONE = AckResult((), ())

@@ -37,6 +37,7 @@ from plunder.execution import (
     failure,
     failure_of,
 )
+from plunder.labels import Labels
 from plunder.model import Claim, Completion, ErrorInfo, Failure, JobRecord, build_completion
 from plunder.pool import ProcessRunner
 from plunder.states import Outcome as RunOutcome
@@ -87,6 +88,7 @@ class Slots:
         """``task(name)``: a registered task; ``sink``: where tasks' streams and
         transactions go; ``on_stream()``: a task has stream events to write."""
         self.concurrency = concurrency
+        self.labels: Labels | None = None  # the worker's, which its tasks may change
         self.outbox = Outbox()
         self.outcomes: queue.SimpleQueue[Finished | Wake] = queue.SimpleQueue()
         self._pool = pool
@@ -147,6 +149,8 @@ class Slots:
             for handle in handles:
                 self._running[handle.job.id] = handle
         self.limited.update((j.id, j.limit_key) for j in jobs if j.limit_key is not None)
+        for handle in handles:
+            handle.ctx.labels = self.labels
         now = time.monotonic()
         pooled = []
         for handle in handles:

@@ -64,6 +64,9 @@ class Options:
     | `partition_key` | a partitioned queue's partition: its hash (`None`: round-robin) | `None` |
     | `ordered` | a `partition_key`'s jobs one at a time, in order (`"stop"`: see guide) | `False` |
     | `group` | its group (a tenant): a fair queue's claims take groups in turn | `None` |
+    | `affinity` | labels preferred: a free holder first, else any worker at once | `None` |
+    | `require` | labels required: only a worker holding them all runs it | `None` |
+    | `cost` | slots of its worker it takes (only 1 so far) | `1` |
 
     A lost attempt that is not retried ends the job ``timed_out`` (as a lost last attempt
     always has), with a ``plunder.WorkerLost`` error naming the session: nothing whose
@@ -98,6 +101,9 @@ class Options:
     partition_key: str | None = None
     ordered: bool | str = False
     group: str | None = None
+    affinity: dict[str, str] | None = None  # see docs/guide/affinity.md
+    require: dict[str, str] | None = None
+    cost: int = 1
 
     def spec(self, task: str, args: Sequence[Any], kwargs: dict[str, Any]) -> JobSpec:
         return self.maker(task)(args, kwargs)

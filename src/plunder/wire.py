@@ -21,8 +21,6 @@ from plunder.model import (
     Failure,
     Heartbeat,
     JobRecord,
-    JobSpec,
-    Limit,
     Partitioning,
     Run,
     Session,
@@ -34,7 +32,7 @@ from plunder.states import Outcome as RunOutcome
 from plunder.states import Status
 
 T = TypeVar("T")
-_MISSING: Any = object()
+MISSING: Any = object()
 MAX_LIST = 100_000  # items in one list of a request
 
 
@@ -51,9 +49,9 @@ class Fields:
         self.data: dict[str, Any] = dict(data)
         self.what = what
 
-    def take(self, name: str, kinds: type | tuple[type, ...], default: Any = _MISSING) -> Any:
+    def take(self, name: str, kinds: type | tuple[type, ...], default: Any = MISSING) -> Any:
         if name not in self.data:
-            if default is _MISSING:
+            if default is MISSING:
                 raise WireError(f"{self.what}: the field {name!r} is missing")
             return default
         value = self.data.pop(name)
@@ -73,13 +71,13 @@ class Fields:
             raise WireError(f"{self.what}: {name!r} must be a finite number")
         return value
 
-    def strings(self, name: str, default: Any = _MISSING) -> tuple[str, ...]:
+    def strings(self, name: str, default: Any = MISSING) -> tuple[str, ...]:
         values = self.take(name, list, default)
         if values is None or values is default:
             return values  # type: ignore[return-value]
         return tuple(_each(values, lambda v: _string(v, f"{self.what}: {name!r}"), self.what))
 
-    def items(self, name: str, read: Callable[[Any], T], default: Any = _MISSING) -> list[T]:
+    def items(self, name: str, read: Callable[[Any], T], default: Any = MISSING) -> list[T]:
         values = self.take(name, list, default)
         if values is default:
             return values  # type: ignore[no-any-return]
@@ -174,6 +172,7 @@ def hello_out(hello: Hello) -> dict[str, Any]:
         "tasks": [task_info_out(t) for t in hello.tasks],
         "expiry": hello.expiry,
         "free_slots": hello.free_slots,
+        **({"labels": list(hello.labels)} if hello.labels else {}),  # an older gateway refuses it
     }
 
 
@@ -187,6 +186,7 @@ def hello_in(data: Any) -> Hello:
         tasks=tuple(f.items("tasks", task_info_in)),
         expiry=f.take("expiry", float),
         free_slots=f.take("free_slots", int, 0),
+        labels=f.strings("labels", ()),
     )
     f.done()
     return hello
@@ -234,14 +234,14 @@ def _required(value: T | None, name: str) -> T:
 
 
 def beat_out(beat: Beat) -> dict[str, Any]:
-    return {"running": [claim_out(c) for c in beat.running], "free_slots": beat.free_slots}
+    labels = {} if beat.labels is None else {"labels": list(beat.labels)}  # older: refused
+    return {"running": [claim_out(c) for c in beat.running], "free_slots": beat.free_slots} | labels
 
 
 def beat_in(data: Any, session_id: str) -> Beat:
     f = Fields(data, "a heartbeat")
-    beat = Beat(
-        session_id, tuple(f.items("running", claim_in, [])), f.take("free_slots", int, None)
-    )
+    running = tuple(f.items("running", claim_in, []))
+    beat = Beat(session_id, running, f.take("free_slots", int, None), f.strings("labels", None))
     f.done()
     return beat
 
@@ -402,53 +402,6 @@ def job_in(data: Any) -> JobRecord:
         if values[name] is not None:
             values[name] = time_in(values[name], f"a job's {name}")
     return JobRecord(**values)
-
-
-def spec_out(spec: JobSpec) -> dict[str, Any]:
-    """Every field, but a partition key and a group only where there is one (a gateway
-    older than the field refuses it)."""
-    data = {name: getattr(spec, name) for name in JobSpec.__slots__}
-    for name in ("partition_key", "ordered", "group"):
-        if data[name] in (None, False):
-            del data[name]
-    limit = spec.limit
-    data["limit"] = None if limit is None else {"key": limit.key, "ceiling": limit.ceiling,
-                                                "rate": limit.rate}  # fmt: skip
-    return data
-
-
-def _limit_in(data: Any) -> Limit | None:
-    if data is None:
-        return None
-    f = Fields(data, "a job's limit")
-    key, ceiling = f.take("key", str), f.take("ceiling", int, None)
-    rate = f.take("rate", str, None)
-    f.done()
-    try:
-        return Limit(key, ceiling, rate)
-    except ValueError as exc:
-        raise WireError(f"a job's limit: {exc}") from None
-
-
-_SPEC_KINDS: dict[str, tuple[type, ...]] = {
-    "task": (str,), "args": (list,), "kwargs": (dict,), "queue": (str,), "priority": (int,),
-    "delay": (float,), "max_attempts": (int,), "timeout": (float,), "backoff_base": (float,),
-    "backoff_cap": (float,), "retry_on_timeout": (bool,), "key": (str,),
-    "retry_on_lost": (bool,), "expires_in": (float,), "partition_key": (str,),
-    "ordered": (bool, str), "group": (str,),
-}  # fmt: skip
-_SPEC_OPTIONAL = {"timeout", "key", "expires_in", "partition_key", "ordered", "group"}
-
-
-def spec_in(data: Any) -> JobSpec:
-    f = Fields(data, "a job to enqueue")
-    values: dict[str, Any] = {"task": f.take("task", str)}
-    for name, kinds in _SPEC_KINDS.items():
-        if name in f.data:
-            values[name] = f.take(name, kinds, None if name in _SPEC_OPTIONAL else _MISSING)
-    values["limit"] = _limit_in(f.take("limit", object, None))
-    f.done()
-    return JobSpec(**values)
 
 
 def run_out(run: Run) -> dict[str, Any]:

@@ -25,12 +25,13 @@ would refuse them anyway), and a new session is opened.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from plunder import errors, policy, stopping, tally, tracing
 from plunder.admitter import Admitter
@@ -39,6 +40,7 @@ from plunder.config import WorkerDeadlines
 from plunder.context import LinkSink, Sink
 from plunder.execution import stream_loop
 from plunder.janitor import Janitor, own_store
+from plunder.labels import Labels
 from plunder.liveness import Liveness
 from plunder.membership import Membership
 from plunder.model import AckResult, Claim, Session
@@ -72,9 +74,14 @@ class Worker:
         options: WorkerOptions | None = None,
         *,
         link: WorkerProtocol | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
+        """``labels``: the worker's (docs/guide/affinity.md), instead of options.labels."""
         self.app = app
-        self.options = options = (options or WorkerOptions()).checked(app)
+        options = options or WorkerOptions()
+        if labels is not None:
+            options = dataclasses.replace(options, labels=labels)
+        self.options = options = options.checked(app)
         self.settings = app.settings
         self.name = options.name or f"{socket.gethostname()}:{os.getpid()}"
         self._app_name = f"plunder:worker:{self.name}"[:60]
@@ -94,13 +101,11 @@ class Worker:
         self._looked_again = False  # a job was due now, our claim took nothing: once more
         self._stream_wake = threading.Event()
         sink: Sink = self.store if self.store is not None else LinkSink(self.link)
+        get, wake = app.registry.get, self._stream_wake.set
         self._slots = Slots(
-            options.concurrency,
-            pool=options.pool,
-            task=app.registry.get,
-            sink=sink,
-            on_stream=self._stream_wake.set,
+            options.concurrency, pool=options.pool, task=get, sink=sink, on_stream=wake
         )
+        self.labels = self._slots.labels = Labels(options.labels)
         self._membership = Membership(
             self.queues, self._slots, grace=options.grace, defaults=app.registry.queues()
         )
@@ -158,6 +163,7 @@ class Worker:
             free=self._free_slots,
             queues=self._membership.heard,
             partitions=self._ownership.heard,
+            labels=self.labels.held,
         )
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -240,6 +246,7 @@ class Worker:
             tasks=tuple(self.app.registry.infos()),
             expiry=self.deadlines.session_expiry,
             free_slots=self._free_slots(),
+            labels=self.labels.held(),
         )
 
     def _start_services(self) -> None:

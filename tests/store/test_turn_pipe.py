@@ -407,7 +407,7 @@ def prepared_turns(store: Store) -> list[tuple[int, bool]]:
         for conn in held:
             names = conn.execute(
                 "SELECT name FROM pg_prepared_statements WHERE statement LIKE %s",
-                ("%done AS (%",),
+                ("%done AS(%",),
             ).fetchall()
             assert all(name == (turns.STATEMENT,) for name in names), names
             seen.append((len(names), turns.STATEMENT in conn.index_planned))

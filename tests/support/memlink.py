@@ -37,7 +37,7 @@ def new_job(job_id: int, task: str, args: Sequence[Any], **options: Any) -> JobR
         "key": None, "run_at": now, "created_at": now, "started_at": None,
         "finished_at": None, "deadline_at": None, "session_id": None, "result": None,
         "error": None, "failed_sessions": (), "losses": 0, "retry_on_lost": True,
-        "expires_at": None, "limit_key": None,
+        "expires_at": None, "limit_key": None, "affinity": None, "require": None, "cost": 1,
     }  # fmt: skip
     values.update(options)
     return JobRecord(**values)

@@ -106,7 +106,7 @@ def row(job_id: int) -> dict[str, object]:
         "run_at": now, "created_at": now, "started_at": now, "finished_at": None,
         "deadline_at": None, "session_id": "s", "result": None, "error": '{"type":"E"}',
         "failed_sessions": ["x"], "losses": 1, "retry_on_lost": True, "expires_at": None,
-        "limit_key": "openai",
+        "limit_key": "openai", "affinity": "{gpu=a100}", "require": None, "cost": 2,
     }  # fmt: skip
 
 
@@ -127,7 +127,7 @@ def test_rows_are_read_by_column_name_in_any_order() -> None:
     shuffled = order[:]
     random.Random(7).shuffle(shuffled)
     assert read([*shuffled, "run_worker"], [{**r, "run_worker": "w"} for r in rows]) == expected
-    with pytest.raises(errors.StoreError, match=r"lack the column\(s\) limit_key"):
+    with pytest.raises(errors.StoreError, match=r"lack the column\(s\) cost"):
         read(order[:-1], rows)
 
 

@@ -35,7 +35,7 @@ def test_a_built_record_is_frozen() -> None:
     now = datetime.now(UTC)
     record = build_job(
         1, "q", "t", [], {}, 0, Status.PENDING, 0, 1, None, 1.0, 300.0, True, None,
-        now, now, None, None, None, None, None, None, (), 0, True, None, None,
+        now, now, None, None, None, None, None, None, (), 0, True, None, None, None, None, 1,
     )  # fmt: skip
     with pytest.raises(dataclasses.FrozenInstanceError):
         record.status = Status.RUNNING  # type: ignore[misc]

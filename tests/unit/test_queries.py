@@ -249,9 +249,19 @@ def test_postgres_queries_as_sent_fit_psycopg_query_cache() -> None:
     once compacted, and compacting keeps every statement and parameter."""
     for name, sql in queries.load("postgres").items():
         sent = queries.compact(sql)
-        assert len(sent.encode("utf-8")) < MAX_CACHED_STATEMENT_LENGTH, name
+        if name not in OVER_THE_CACHE:
+            assert len(sent.encode("utf-8")) < MAX_CACHED_STATEMENT_LENGTH, name
         assert pg_params(sent) == pg_params(sql), name
-        assert code(sent).replace(",", ", ").split() == code(sql).replace(",", ", ").split()
+        assert _tokens(code(sent)) == _tokens(code(sql)), name
+
+
+# The turn in one statement, past the cache since affinity (docs/decisions/0014): a worker
+# sends it through its pipe, prepared once, where no conversion is made per execution.
+OVER_THE_CACHE = {"job_exchange"}
+
+
+def _tokens(sql: str) -> list[str]:
+    return re.sub(r"\s*([(),=<>])\s*", r" \1 ", sql).split()
 
 
 def test_compact_drops_comment_lines_indentation_and_blank_lines() -> None:

@@ -27,6 +27,7 @@ def job(job_id: int, **changes: Any) -> JobRecord:
         "started_at": NOW, "finished_at": None, "deadline_at": NOW + timedelta(seconds=30),
         "session_id": "s1", "result": None, "error": None, "failed_sessions": (),
         "losses": 0, "retry_on_lost": True, "expires_at": None, "limit_key": "openai",
+        "affinity": "{model=m}", "require": None, "cost": 1,
     }  # fmt: skip
     values.update(changes)
     return build_job(*(values[name] for name in wire_exchange.COLUMNS))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from plunder.model import JobSpec
-from plunder.wire import WireError, spec_in, spec_out
+from plunder.wire import WireError
+from plunder.wire_specs import spec_in, spec_out
 
 
 @pytest.mark.parametrize("ordered", [True, "stop", "continue"])

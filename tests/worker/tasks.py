@@ -304,3 +304,24 @@ def ordered_in_transaction(ctx: plunder.Context, i: int) -> int:
 def gather(ctx: plunder.Context, tag: str) -> list[object]:
     """A workflow's job: its tag, then each parent's id and result in id order."""
     return [tag, [[job_id, result] for job_id, result in sorted(ctx.parent_results.items())]]
+
+
+@app.task(name="whoami")
+def whoami(seconds: float = 0.0) -> int:
+    """The worker process that ran it, after ``seconds``."""
+    time.sleep(seconds)
+    return os.getpid()
+
+
+@app.task(name="load_model")
+def load_model(ctx: plunder.Context, model: str) -> int:
+    """Says that this worker now holds ``model`` (label model=...), as a model farm would
+    once the weights are loaded."""
+    ctx.add_label("model", model)
+    return os.getpid()
+
+
+@app.task(name="unload_model")
+def unload_model(ctx: plunder.Context) -> int:
+    ctx.remove_label("model")
+    return os.getpid()

@@ -108,8 +108,9 @@ def _workers_table(sessions: list[Session]) -> Table:
 
 def _unrunnable_table(rows: list[Unrunnable]) -> Table:
     table = Table(title="pending jobs no live worker can run")
-    for column in ("task", "queue", "pending"):
+    for column in ("task", "queue", "requires", "pending"):
         table.add_column(column, justify="right" if column == "pending" else "left")
     for row in rows:
-        table.add_row(literal(row.task), literal(row.queue), str(row.pending))
+        requires = literal(row.require.strip("{}")) if row.require else ""
+        table.add_row(literal(row.task), literal(row.queue), requires, str(row.pending))
     return table

@@ -71,6 +71,13 @@ def interval_options(fn: F) -> F:
     help="Seconds running jobs get to finish after SIGTERM.",
 )
 @click.option("--name", default=None, help="Worker name shown in status and run history.")
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    help="A label key=value this worker holds (repeatable): jobs with affinity for it "
+    "prefer it, jobs requiring it wait for it (docs/guide/affinity.md).",
+)
 @click.option("--no-janitor", is_flag=True, help="Do not take part in janitor duty.")
 @click.option(
     "--no-listen",
@@ -112,6 +119,7 @@ def worker(
     pool: str | None,
     grace: float,
     name: str | None,
+    labels: tuple[str, ...],
     no_janitor: bool,
     no_listen: bool,
     depth: int,
@@ -133,6 +141,7 @@ def worker(
             grace=grace,
             pool=pool,
             depth=depth,
+            labels=labels,
         )
         tune_gc()
         running = Worker(app, options, link=_gateway_link(state, app))

@@ -39,16 +39,21 @@ _SPEC = _object(
     backoff_base=_NUM, backoff_cap=_NUM, retry_on_timeout=_BOOL,
     key={"type": ["string", "null"]}, retry_on_lost=_BOOL,
     expires_in={"type": ["number", "null"]},
-    limit={"type": ["object", "null"]},
+    limit={"type": ["object", "null"]}, affinity={"type": ["object", "null"]},
+    require={"type": ["object", "null"]}, cost=_INT,
 )  # fmt: skip
 _HELLO = _object(["name", "host", "pid", "queues", "tasks", "expiry"], name=_STR, host=_STR,
                  pid=_INT, queues=_STRS, tasks={"type": "array", "items": _TASK},
-                 expiry={"type": "number", "exclusiveMinimum": 0}, free_slots=_INT)  # fmt: skip
+                 expiry={"type": "number", "exclusiveMinimum": 0}, free_slots=_INT,
+                 labels=_STRS)  # fmt: skip
 
 BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("/v1/sessions", "post"): _HELLO,
     ("/v1/sessions/{session_id}/heartbeat", "post"): _object(
-        [], running={"type": "array", "items": _CLAIM}, free_slots={"type": ["integer", "null"]}
+        [],
+        running={"type": "array", "items": _CLAIM},
+        free_slots={"type": ["integer", "null"]},
+        labels=_STRS,
     ),
     ("/v1/sessions/{session_id}/exchange", "post"): _object(
         [],

@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from plunder import errors, wire
+from plunder import errors, wire, wire_specs
 from plunder.access import ApiKey, Role
 from plunder.gateway.auth import KEY_TTL, Refused
 from plunder.gateway.server import (
@@ -50,7 +50,7 @@ async def _job(gateway: Gateway, key: ApiKey, job_id: int) -> JobRecord:
 
 def _specs(data: Any) -> tuple[list[JobSpec], bool]:
     fields = wire.Fields(data, "an enqueue")
-    specs = fields.items("jobs", wire.spec_in)
+    specs = fields.items("jobs", wire_specs.spec_in)
     records = fields.take("records", bool, False)
     fields.done()
     if not specs:

@@ -78,6 +78,7 @@ async def open_session(gateway: Gateway, request: Request) -> Response:
             tasks=hello.tasks,
             free_slots=hello.free_slots,
             key_id=key.id,
+            labels=hello.labels,
         )
     )
     gateway.remember(session.id, key.id)

@@ -282,12 +282,12 @@ class Store(Features, Protocol):
         tasks: Sequence[TaskInfo] = (),
         free_slots: int = 0,
         key_id: str | None = None,
+        labels: Sequence[str] = (),
         now: Now = None,
     ) -> Session:
-        """A new live session of a worker serving ``queues`` and ``tasks``, with
-        ``free_slots``; the tasks are published (:meth:`task_get`) in the same transaction,
-        each replacing what an earlier session published under its name. ``key_id``: the
-        API key that opened it through a gateway."""
+        """A live session serving ``queues`` and ``tasks`` with ``free_slots`` and
+        ``labels``; the tasks published (:meth:`task_get`) in the same transaction, each
+        replacing what was published under its name. ``key_id``: its gateway's API key."""
         ...
 
     def session_heartbeat(
@@ -296,12 +296,12 @@ class Store(Features, Protocol):
         running: Sequence[Claim] = (),
         *,
         free_slots: int | None = None,
+        labels: Sequence[str] | None = None,
         now: Now = None,
         conn: Any = None,
     ) -> Heartbeat:
-        """Extend the session and record its ``free_slots`` (None: unchanged): a job this
-        session failed is left to another session only while one that runs its queue and
-        task has a free slot."""
+        """Extend the session, record its ``free_slots`` and ``labels`` (None: unchanged):
+        a job this session failed is left to another live one with a free slot."""
         ...
 
     def session_queues(  # joins and leaves, one guarded update (plunder.store.sessions)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from plunder import access, errors, payload
+from plunder import access, affinity, errors, payload
 from plunder.model import JobRecord, JobSpec, Limit, build_job
 from plunder.states import Status
 from plunder.store import convert
@@ -89,6 +89,10 @@ def _group(_name: str, value: Any, _spec: JobSpec) -> str | None:
     return None if value is None else access.check_group(value)
 
 
+def _labels(name: str, value: Any, _spec: JobSpec) -> str | None:
+    return affinity.stored(name, value)
+
+
 # In the order they are checked: the first bad one is the one an enqueue names.
 OPTIONS: tuple[JobOption, ...] = (
     JobOption("queue", _named(payload.check_stored_queue), "queue"),
@@ -104,6 +108,9 @@ OPTIONS: tuple[JobOption, ...] = (
     JobOption("expires_in", _start_by, "expires_at", relative=True),
     JobOption("limit", _limit_key, "limit_key"),
     JobOption("group", _group, "group_name"),
+    JobOption("affinity", _labels, "affinity"),
+    JobOption("require", _labels, "require"),
+    JobOption("cost", _named(affinity.cost), "cost"),
 )
 OWN = ("args", "kwargs", "key")  # a JobSpec's values of its own, checked one by one
 ROUTING = ("partition_key", "ordered")  # a JobSpec's values that choose its queue, not stored

@@ -382,6 +382,7 @@ class Engine:
             tasks=tuple(self.list_out(row["tasks"])),
             free_slots=int(row["free_slots"]),
             key_id=row["key_id"],
+            labels=tuple(self.list_out(row["labels"])),
         )
 
     def lease(self, row: Row) -> Lease:

@@ -43,11 +43,16 @@ class StoreLink:
             expiry=hello.expiry,
             tasks=hello.tasks,
             free_slots=hello.free_slots,
+            labels=hello.labels,
         )
 
     def heartbeat(self, beat: Beat, *, via: Any = None) -> Heartbeat:
         return self.store.session_heartbeat(
-            beat.session_id, beat.running, free_slots=beat.free_slots, conn=via
+            beat.session_id,
+            beat.running,
+            free_slots=beat.free_slots,
+            labels=beat.labels,
+            conn=via,
         )
 
     def exchange(

@@ -23,6 +23,7 @@ DIALECT_ONLY: dict[str, frozenset[str]] = {
             "job_claim_rest",
             "job_next_due_level",
             "job_next_due_rest",
+            "session_free",  # a claim's free-slot report (PostgreSQL's is in the claim)
         }
     ),
     "postgres": frozenset(
@@ -82,15 +83,18 @@ def compact(sql: str) -> str:
 
 
 def _tight(line: str) -> str:
-    """``line`` without the spaces after its commas outside quotes: the parts between
-    single quotes alternate outside and inside a literal (a doubled quote inside one leaves
-    an empty part outside)."""
+    """``line`` without the spaces around its commas, parentheses and comparisons outside
+    quotes (no token of plunder's SQL needs them): the parts between single quotes
+    alternate outside and inside a literal (a doubled quote inside one leaves an empty part
+    outside). A line with an inline comment is left as it is."""
+    if "--" in line:
+        return line
     parts = line.split("'")
-    parts[::2] = [_COMMA_SPACE.sub(",", part) for part in parts[::2]]
+    parts[::2] = [_SPACED.sub(r"\1", part) for part in parts[::2]]
     return "'".join(parts)
 
 
-_COMMA_SPACE = re.compile(r",\s+")
+_SPACED = re.compile(r" *([(),=<>]) *")
 
 
 def _include(name: str, sql: str, queries: dict[str, str], within: tuple[str, ...] = ()) -> str:

@@ -86,9 +86,11 @@ class Reads:
 
     def job_unrunnable(self, *, now: Now = None) -> list[Unrunnable]:
         """Pending jobs that no live session can run (none lists both their queue and their
-        task), counted by task and queue."""
+        task, or holds the labels they require), counted by task, queue and requirement."""
         rows = self.engine.run(lambda tx: tx.all("job_unrunnable", now=tx.clock(now)), write=False)
-        return [Unrunnable(str(r["task"]), str(r["queue"]), int(r["n"])) for r in rows]
+        return [
+            Unrunnable(str(r["task"]), str(r["queue"]), int(r["n"]), r["require"]) for r in rows
+        ]
 
     def stream_read(self, job_id: int, *, after: int = 0, limit: int = 1000) -> list[StreamEvent]:
         job_id = convert.job_id(job_id)

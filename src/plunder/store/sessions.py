@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from plunder import errors, payload
+from plunder import affinity, errors, payload
 from plunder.model import Claim, Heartbeat, Session, TaskInfo
 from plunder.states import Status
 from plunder.store import convert
@@ -80,17 +80,17 @@ class Sessions:
         tasks: Sequence[TaskInfo] = (),
         free_slots: int = 0,
         key_id: str | None = None,
+        labels: Sequence[str] = (),
         now: Now = None,
     ) -> Session:
-        """Open a session; its ``tasks`` are published (``task_get``) in the same
-        transaction, each task's options replacing what an earlier session published.
-        ``key_id``: the API key that opened it through the gateway (only that key may
-        speak for it)."""
+        """Open a session; its ``tasks`` published (``task_get``) in the same transaction,
+        each replacing what an earlier session published. ``key_id``: the API key that
+        opened it through the gateway (only that key may speak for it)."""
         for queue in queues:
             payload.check_queue(queue)
         convert.positive("session expiry", expiry)
-        free_slots = convert.integer("free slots", free_slots, 0, MAX_SLOTS)
-        rows = _publish_rows(tasks)
+        free_slots = _free(free_slots)
+        rows, held = _publish_rows(tasks), affinity.labels(labels)
         # 192 random bits, never a host name; never a leading "-", which a command line
         # would take for an option (plunder worker-queues SESSION)
         while (session_id := secrets.token_urlsafe(24)).startswith("-"):
@@ -109,6 +109,7 @@ class Sessions:
                 tasks=self.engine.list_in([r["name"] for r in rows]),
                 free_slots=free_slots,
                 key_id=key_id,
+                labels=self.engine.list_in(list(held)),
                 now=clock,
             )
             tx.batch("task_publish", rows, session_id=session_id, now=clock)
@@ -124,21 +125,23 @@ class Sessions:
         running: Sequence[Claim] = (),
         *,
         free_slots: int | None = None,
+        labels: Sequence[str] | None = None,
         now: Now = None,
         conn: Any = None,
     ) -> Heartbeat:
-        """Extend the session by its expiry, by the database clock, and record its
-        ``free_slots`` (None: unchanged). With ``conn`` (the dedicated connection of
+        """Extend the session by its expiry (database clock); record its ``free_slots``
+        and ``labels`` (None: unchanged). With ``conn`` (the dedicated connection of
         :meth:`notifications`, in autocommit mode) it runs there, statement by statement,
         so heartbeats need no connection of their own."""
-        if free_slots is not None:
-            free_slots = convert.integer("free slots", free_slots, 0, MAX_SLOTS)
+        free_slots = free_slots if free_slots is None else _free(free_slots)
+        given = None if labels is None else self.engine.list_in(list(affinity.labels(labels)))
 
         def op(tx: Tx) -> Heartbeat:
             row = tx.one(
                 "session_heartbeat",
                 session_id=session_id,
                 free_slots=free_slots,
+                labels=given,
                 now=tx.clock(now),
             )
             if row is None:
@@ -249,3 +252,7 @@ class Sessions:
             ):
                 stale.append(claim)
         return tuple(stale)
+
+
+def _free(free_slots: int) -> int:
+    return convert.integer("free slots", free_slots, 0, MAX_SLOTS)

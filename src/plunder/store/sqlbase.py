@@ -224,11 +224,12 @@ class SQLStore(FeatureOps):
         tasks: Sequence[TaskInfo] = (),
         free_slots: int = 0,
         key_id: str | None = None,
+        labels: Sequence[str] = (),
         now: Now = None,
     ) -> Session:
         return self.sessions.session_open(
             name=name, host=host, pid=pid, queues=queues, expiry=expiry, tasks=tasks,
-            free_slots=free_slots, key_id=key_id, now=now,
+            free_slots=free_slots, key_id=key_id, labels=labels, now=now,
         )  # fmt: skip
 
     def session_heartbeat(
@@ -237,11 +238,12 @@ class SQLStore(FeatureOps):
         running: Sequence[Claim] = (),
         *,
         free_slots: int | None = None,
+        labels: Sequence[str] | None = None,
         now: Now = None,
         conn: Any = None,
     ) -> Heartbeat:
         return self.sessions.session_heartbeat(
-            session_id, running, free_slots=free_slots, now=now, conn=conn
+            session_id, running, free_slots=free_slots, labels=labels, now=now, conn=conn
         )
 
     def session_queues(

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 import httpx
 
-from plunder import access, errors, policy, wire
+from plunder import access, errors, policy, wire, wire_specs
 from plunder.access import ApiKey
 from plunder.model import JobPage, JobRecord, JobSpec, Run, StreamEvent, TaskInfo
 from plunder.states import is_terminal
@@ -82,7 +82,7 @@ class HttpStore:
             raise errors.ConfigError("through a gateway the database's clock decides 'now'")
         if len(specs) > MAX_BATCH:
             raise errors.PayloadError(f"at most {MAX_BATCH} jobs per enqueue, got {len(specs)}")
-        body = {"jobs": [wire.spec_out(s) for s in specs], "records": records}
+        body = {"jobs": [wire_specs.spec_out(s) for s in specs], "records": records}
         # an enqueue whose every job has a key is safe to send twice: the keys dedupe it
         keyed = all(s.key is not None for s in specs)
         return self.client.call("POST", "/v1/jobs", json=body, idempotent=keyed)

@@ -254,9 +254,14 @@ class SqliteDriver:
         if len(queues) > 1:
             found.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
         ids = _picked(found[:limit])
-        if not ids:
-            return [], []
-        return tx.table("job_claim_many", ids=self.list_in(ids), session_id=session_id, now=clock)
+        claimed: Claimed = ([], [])
+        if ids:
+            claimed = tx.table(
+                "job_claim_many", ids=self.list_in(ids), session_id=session_id, now=clock
+            )
+        free = limit - len(claimed[1])
+        tx.all("session_free", session_id=session_id, free_slots=free, now=clock)
+        return claimed
 
     def next_due(self, tx: Tx, queues: list[str], tasks: list[str], clock: Any) -> float | None:
         """A loop, as the claim's (``claim_rows``): for each queue, its priority levels

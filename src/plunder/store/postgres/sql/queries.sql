@@ -55,7 +55,7 @@ WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS n
 INSERT INTO plunder_jobs (
     queue, task, args, kwargs, priority, max_attempts, timeout,
     backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
-    retry_on_lost, expires_at, limit_key, group_name
+    retry_on_lost, expires_at, limit_key, group_name, affinity, require, cost
 )
 SELECT %(queue)s::text, %(task)s::text, u.args, u.kwargs, %(priority)s::int,
        %(max_attempts)s::int, %(timeout)s::float8, %(backoff_base)s::float8,
@@ -63,7 +63,7 @@ SELECT %(queue)s::text, %(task)s::text, u.args, u.kwargs, %(priority)s::int,
        clock.now + %(delay)s::float8 * interval '1 second'
            + (%(limit)s::text IS NOT NULL)::int * interval '200000000000 seconds', clock.now,
        %(retry_on_lost)s::bool, clock.now + %(expires_in)s::float8 * interval '1 second',
-       %(limit)s::text, %(group)s::text
+       %(limit)s::text, %(group)s::text, %(affinity)s::text, %(require)s::text, %(cost)s::int
 FROM unnest(%(seq)s::int[], %(args)s::text[], %(kwargs)s::text[], %(key)s::text[])
          AS u(seq, args, kwargs, key),
      clock
@@ -97,23 +97,24 @@ WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS n
 INSERT INTO plunder_jobs (
     queue, task, args, kwargs, priority, max_attempts, timeout,
     backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
-    retry_on_lost, expires_at, limit_key, group_name
+    retry_on_lost, expires_at, limit_key, group_name, affinity, require, cost
 )
 SELECT u.queue, u.task, u.args, u.kwargs, u.priority, u.max_attempts, u.timeout,
        u.backoff_base, u.backoff_cap, u.retry_on_timeout, u.key,
        clock.now + u.delay * interval '1 second'
            + (u.limit_key IS NOT NULL)::int * interval '200000000000 seconds', clock.now,
        u.retry_on_lost, clock.now + u.expires_in * interval '1 second', u.limit_key,
-       u.group_name
+       u.group_name, u.affinity, u.require, u.cost
 FROM unnest(
     %(seq)s::int[], %(queue)s::text[], %(task)s::text[], %(args)s::text[],
     %(kwargs)s::text[], %(priority)s::int[], %(max_attempts)s::int[], %(timeout)s::float8[],
     %(backoff_base)s::float8[], %(backoff_cap)s::float8[], %(retry_on_timeout)s::bool[],
     %(key)s::text[], %(delay)s::float8[], %(retry_on_lost)s::bool[],
-    %(expires_in)s::float8[], %(limit)s::text[], %(group)s::text[]
+    %(expires_in)s::float8[], %(limit)s::text[], %(group)s::text[], %(affinity)s::text[],
+    %(require)s::text[], %(cost)s::int[]
 ) AS u(seq, queue, task, args, kwargs, priority, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, delay, retry_on_lost, expires_in,
-       limit_key, group_name),
+       limit_key, group_name, affinity, require, cost),
      clock
 ORDER BY u.seq
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
@@ -140,7 +141,7 @@ SELECT inserted.* FROM inserted LEFT JOIN woken ON true;
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-       retry_on_lost, expires_at, limit_key
+       retry_on_lost, expires_at, limit_key, affinity, require, cost
 FROM plunder_jobs
 WHERE key = ANY(%(keys)s::text[]) AND status IN ('pending', 'running');
 
@@ -149,7 +150,7 @@ WHERE key = ANY(%(keys)s::text[]) AND status IN ('pending', 'running');
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-       retry_on_lost, expires_at, limit_key
+       retry_on_lost, expires_at, limit_key, affinity, require, cost
 FROM plunder_jobs WHERE id = %(job_id)s;
 
 -- name: job_claim_many
@@ -212,7 +213,12 @@ picked AS (
         -- session failed (read only for those; spelled short, as the turn must stay under
         -- psycopg's 4 KiB query cache)
         peers AS (SELECT s.id, s.tasks FROM plunder_sessions s WHERE s.expires_at > clock.now
-                  AND s.free_slots > 0 AND q.name = ANY(s.queues))
+                  AND s.free_slots > 0 AND q.name = ANY(s.queues)),
+        -- the labelled sessions of this queue with a free slot reported lately (h), and
+        -- this session's labels (m): read only for jobs with affinity (migration 22)
+        h AS (SELECT s.labels, s.tasks FROM plunder_sessions s WHERE s.free_until > clock.now
+              AND s.free_slots > 0 AND s.labels <> '{}' AND q.name = ANY(s.queues)),
+        m AS (SELECT labels FROM plunder_sessions WHERE id = %(session_id)s)
         SELECT due.* FROM levels AS l, LATERAL (
             SELECT j.id, j.priority, j.run_at, j.losses FROM plunder_jobs AS j
             WHERE j.status = 'pending'
@@ -228,6 +234,11 @@ picked AS (
               AND NOT (j.failed_sessions <> '{}' AND %(session_id)s = ANY(j.failed_sessions)
                   AND EXISTS (SELECT FROM peers p
                               WHERE j.task = ANY(p.tasks) AND p.id <> ALL(j.failed_sessions)))
+              -- preferred labels: held here, or by no free holder; required: held here
+              AND (j.affinity IS NULL OR j.affinity::text[] <@ (TABLE m)
+                   OR NOT EXISTS (SELECT FROM h WHERE j.task = ANY(h.tasks)
+                                  AND j.affinity::text[] || j.require::text[] <@ h.labels))
+              AND (j.require IS NULL OR j.require::text[] <@ (TABLE m))
             ORDER BY j.run_at, j.id
             LIMIT %(limit)s
             FOR UPDATE OF j SKIP LOCKED
@@ -247,6 +258,11 @@ picked AS (
               AND NOT (j.failed_sessions <> '{}' AND %(session_id)s = ANY(j.failed_sessions)
                   AND EXISTS (SELECT FROM peers p
                               WHERE j.task = ANY(p.tasks) AND p.id <> ALL(j.failed_sessions)))
+              -- preferred labels: held here, or by no free holder; required: held here
+              AND (j.affinity IS NULL OR j.affinity::text[] <@ (TABLE m)
+                   OR NOT EXISTS (SELECT FROM h WHERE j.task = ANY(h.tasks)
+                                  AND j.affinity::text[] || j.require::text[] <@ h.labels))
+              AND (j.require IS NULL OR j.require::text[] <@ (TABLE m))
             ORDER BY j.priority DESC, j.run_at, j.id
             LIMIT %(limit)s
             FOR UPDATE OF j SKIP LOCKED
@@ -287,7 +303,16 @@ claimed AS (
     RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts,
               timeout, backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
               started_at, finished_at, deadline_at, session_id, result, error,
-              failed_sessions, losses, retry_on_lost, expires_at, limit_key
+              failed_sessions, losses, retry_on_lost, expires_at, limit_key, affinity,
+              require, cost
+),
+-- a labelled session's free slots after this claim (the slots it asked to fill, less
+-- what it took), counted by others' claims for 2 s (see migration 22)
+reported AS (
+    UPDATE plunder_sessions AS s
+    SET free_slots = GREATEST(%(limit)s - (SELECT count(*) FROM claimed), 0),
+        free_until = clock.now + LEAST(s.expiry, 2.0) * interval '1 second'
+    FROM clock WHERE s.id = %(session_id)s AND s.labels <> '{}' AND s.expires_at > clock.now
 )
 
 -- name: job_exchange
@@ -539,7 +564,7 @@ WHERE id = %(job_id)s AND status IN ('pending', 'running', 'waiting')
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
           finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-          retry_on_lost, expires_at, limit_key;
+          retry_on_lost, expires_at, limit_key, affinity, require, cost;
 
 -- name: job_retry
 -- By a person or the API: one more attempt for a job that ended without success. Without
@@ -555,7 +580,7 @@ WHERE id = %(job_id)s AND status IN ('failed', 'timed_out', 'cancelled', 'expire
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
           finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-          retry_on_lost, expires_at, limit_key;
+          retry_on_lost, expires_at, limit_key, affinity, require, cost;
 
 -- name: job_list
 -- Newest first, keyset-paginated by id (after is the last id of the previous page).
@@ -563,7 +588,7 @@ RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-       retry_on_lost, expires_at, limit_key
+       retry_on_lost, expires_at, limit_key, affinity, require, cost
 FROM plunder_jobs
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s
        OR left(queue, length(%(queue)s) + 1) = %(queue)s || '~')
@@ -617,21 +642,27 @@ LIMIT %(limit)s;
 
 -- name: session_insert
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+-- Its free slots count for claims for 2 s (or its expiry, if shorter): see session_heartbeat.
 INSERT INTO plunder_sessions (id, name, host, pid, queues, expiry, started_at, heartbeat_at,
-                              expires_at, tasks, free_slots, key_id)
+                              expires_at, tasks, free_slots, key_id, labels, free_until)
 SELECT %(session_id)s, %(name)s, %(host)s, %(pid)s, %(queues)s::text[], %(expiry)s,
        clock.now, clock.now, clock.now + %(expiry)s * interval '1 second',
-       %(tasks)s::text[], %(free_slots)s::integer, %(key_id)s::text
+       %(tasks)s::text[], %(free_slots)s::integer, %(key_id)s::text, %(labels)s::text[],
+       clock.now + LEAST(%(expiry)s, 2.0) * interval '1 second'
 FROM clock
 RETURNING *;
 
 -- name: session_heartbeat
 -- A session past its expiry is dead even before the janitor reaps it: it cannot come back.
--- Its free slots as the worker counts them now (NULL: unchanged).
+-- Its free slots as the worker counts them now (NULL: unchanged), which a claim counts
+-- for 2 s (or its expiry, if shorter; see migration 22), and its labels (NULL: unchanged).
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 UPDATE plunder_sessions AS s
 SET heartbeat_at = clock.now, expires_at = clock.now + s.expiry * interval '1 second',
-    free_slots = COALESCE(%(free_slots)s::integer, s.free_slots)
+    free_slots = COALESCE(%(free_slots)s::integer, s.free_slots),
+    free_until = CASE WHEN %(free_slots)s::integer IS NULL THEN s.free_until
+                 ELSE clock.now + LEAST(s.expiry, 2.0) * interval '1 second' END,
+    labels = COALESCE(%(labels)s::text[], s.labels)
 FROM clock
 WHERE s.id = %(session_id)s AND s.expires_at > clock.now
 RETURNING s.*;
@@ -860,16 +891,18 @@ SELECT queue, status, count(*) AS n FROM plunder_jobs GROUP BY queue, status;
 -- name: job_unrunnable
 -- Pending jobs that no live session can run, counted by task and queue: no live session
 -- lists both their queue and their task. A read for people, as queue_counts. A
--- partition's queue ("q~3", migration 14) counts as its queue.
-SELECT p.task, p.queue, p.n FROM (
-    SELECT task, split_part(queue, '~', 1) AS queue, count(*) AS n FROM plunder_jobs
-    WHERE status = 'pending' GROUP BY 1, 2
+-- partition's queue ("q~3", migration 14) counts as its queue. Jobs that require labels
+-- (migration 22) count apart: they also need a session holding those labels.
+SELECT p.task, p.queue, p.require, p.n FROM (
+    SELECT task, split_part(queue, '~', 1) AS queue, require, count(*) AS n FROM plunder_jobs
+    WHERE status = 'pending' GROUP BY 1, 2, 3
 ) AS p
 WHERE NOT EXISTS (
     SELECT 1 FROM plunder_sessions AS s
     WHERE s.expires_at > COALESCE(%(now)s::timestamptz, statement_timestamp())
-      AND p.queue = ANY(s.queues) AND p.task = ANY(s.tasks))
-ORDER BY p.task, p.queue;
+      AND p.queue = ANY(s.queues) AND p.task = ANY(s.tasks)
+      AND (p.require IS NULL OR p.require::text[] <@ s.labels))
+ORDER BY p.task, p.queue, p.require NULLS FIRST;
 
 -- name: queue_oldest_pending
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)

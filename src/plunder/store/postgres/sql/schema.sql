@@ -108,7 +108,10 @@ CREATE TABLE plunder_sessions (
     tasks TEXT[] NOT NULL DEFAULT '{}',
     free_slots INTEGER NOT NULL DEFAULT 0,
     -- the API key that opened it through the gateway (migration 13); NULL: direct
-    key_id TEXT
+    key_id TEXT,
+    -- its worker's labels (key=value), and until when its free_slots count (migration 22)
+    labels TEXT[] NOT NULL DEFAULT '{}',
+    free_until TIMESTAMPTZ
 );
 CREATE INDEX plunder_sessions_expiry ON plunder_sessions (expires_at);
 CREATE INDEX plunder_sessions_key ON plunder_sessions (key_id) WHERE key_id IS NOT NULL;
@@ -310,3 +313,9 @@ CREATE TABLE plunder_traces (
     job_id BIGINT PRIMARY KEY REFERENCES plunder_jobs (id) ON DELETE CASCADE,
     context TEXT NOT NULL
 );
+
+-- The labels a job prefers (affinity) and requires (require), as '{k=v,...}', and the
+-- slots of its worker it takes (migration 22; docs/guide/affinity.md).
+ALTER TABLE plunder_jobs ADD COLUMN affinity TEXT;
+ALTER TABLE plunder_jobs ADD COLUMN require TEXT;
+ALTER TABLE plunder_jobs ADD COLUMN cost INTEGER NOT NULL DEFAULT 1 CHECK (cost >= 1);

@@ -50,12 +50,12 @@ UPDATE plunder_schema SET version = :version WHERE id = 1;
 INSERT INTO plunder_jobs (
     id, queue, task, args, kwargs, priority, max_attempts, timeout,
     backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
-    retry_on_lost, expires_at, limit_key, group_name
+    retry_on_lost, expires_at, limit_key, group_name, affinity, require, cost
 )
 SELECT v.column1, :queue, :task, v.column2, v.column3, :priority, :max_attempts, :timeout,
        :backoff_base, :backoff_cap, :retry_on_timeout, v.column4,
        :now + :delay + (:limit IS NOT NULL) * 200000000000, :now,
-       :retry_on_lost, :now + :expires_in, :limit, :group
+       :retry_on_lost, :now + :expires_in, :limit, :group, :affinity, :require, :cost
 FROM (VALUES (:seq, :args, :kwargs, :key)) AS v
 WHERE true
 ORDER BY v.column1
@@ -66,15 +66,16 @@ ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO 
 INSERT INTO plunder_jobs (
     id, queue, task, args, kwargs, priority, max_attempts, timeout,
     backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at,
-    retry_on_lost, expires_at, limit_key, group_name
+    retry_on_lost, expires_at, limit_key, group_name, affinity, require, cost
 )
 SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, v.column7, v.column8,
        v.column9, v.column10, v.column11, v.column12,
        :now + v.column13 + (v.column16 IS NOT NULL) * 200000000000, :now,
-       v.column14, :now + v.column15, v.column16, v.column17
+       v.column14, :now + v.column15, v.column16, v.column17, v.column18, v.column19,
+       v.column20
 FROM (VALUES (:seq, :queue, :task, :args, :kwargs, :priority, :max_attempts, :timeout,
               :backoff_base, :backoff_cap, :retry_on_timeout, :key, :delay,
-              :retry_on_lost, :expires_in, :limit, :group)) AS v
+              :retry_on_lost, :expires_in, :limit, :group, :affinity, :require, :cost)) AS v
 WHERE true
 ORDER BY v.column1
 ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING;
@@ -90,7 +91,7 @@ SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'plunder_jobs'
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-       retry_on_lost, expires_at, limit_key
+       retry_on_lost, expires_at, limit_key, affinity, require, cost
 FROM plunder_jobs
 WHERE key IN (SELECT value FROM json_each(:keys)) AND status IN ('pending', 'running');
 
@@ -99,7 +100,7 @@ WHERE key IN (SELECT value FROM json_each(:keys)) AND status IN ('pending', 'run
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-       retry_on_lost, expires_at, limit_key
+       retry_on_lost, expires_at, limit_key, affinity, require, cost
 FROM plunder_jobs WHERE id = :job_id;
 
 -- name: job_claim_level
@@ -139,6 +140,23 @@ WHERE j.status = 'pending'
             AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = j.queue)
             AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
             AND s.id NOT IN (SELECT f.value FROM json_each(j.failed_sessions) AS f)))
+  -- preferred labels: held here, or by no labelled session of the queue with a free slot
+  -- reported lately (migration 22); required labels: held here
+  AND (j.affinity IS NULL OR NOT EXISTS (
+      SELECT 1 FROM json_each('["' || replace(trim(j.affinity, '{}'), ',', '","') || '"]') AS a
+      WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id))))
+    OR NOT EXISTS (
+      SELECT 1 FROM plunder_sessions AS s
+      WHERE s.free_until > :now AND s.free_slots > 0 AND s.labels != '[]'
+        AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = j.queue)
+        AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
+        AND NOT EXISTS (
+          SELECT 1 FROM json_each('["' || replace(replace(trim(
+              j.affinity || coalesce(j.require, ''), '{}'), '}{', ','), ',', '","') || '"]') AS a
+          WHERE a.value NOT IN (SELECT value FROM json_each(s.labels)))))
+  AND (j.require IS NULL OR NOT EXISTS (
+      SELECT 1 FROM json_each('["' || replace(trim(j.require, '{}'), ',', '","') || '"]') AS a
+      WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id)))))
 ORDER BY j.run_at, j.id
 LIMIT :limit;
 
@@ -164,6 +182,23 @@ WHERE j.status = 'pending'
             AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = j.queue)
             AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
             AND s.id NOT IN (SELECT f.value FROM json_each(j.failed_sessions) AS f)))
+  -- preferred labels: held here, or by no labelled session of the queue with a free slot
+  -- reported lately (migration 22); required labels: held here
+  AND (j.affinity IS NULL OR NOT EXISTS (
+      SELECT 1 FROM json_each('["' || replace(trim(j.affinity, '{}'), ',', '","') || '"]') AS a
+      WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id))))
+    OR NOT EXISTS (
+      SELECT 1 FROM plunder_sessions AS s
+      WHERE s.free_until > :now AND s.free_slots > 0 AND s.labels != '[]'
+        AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = j.queue)
+        AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
+        AND NOT EXISTS (
+          SELECT 1 FROM json_each('["' || replace(replace(trim(
+              j.affinity || coalesce(j.require, ''), '{}'), '}{', ','), ',', '","') || '"]') AS a
+          WHERE a.value NOT IN (SELECT value FROM json_each(s.labels)))))
+  AND (j.require IS NULL OR NOT EXISTS (
+      SELECT 1 FROM json_each('["' || replace(trim(j.require, '{}'), ',', '","') || '"]') AS a
+      WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id)))))
 ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT :limit;
 
@@ -189,7 +224,14 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
           finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-          retry_on_lost, expires_at, limit_key;
+          retry_on_lost, expires_at, limit_key, affinity, require, cost;
+
+-- name: session_free
+-- A labelled session's free slots after its claim (the slots it asked to fill, less what it
+-- took), counted by others' claims for 2 s (see migration 22); run in the claim's
+-- transaction.
+UPDATE plunder_sessions SET free_slots = max(:free_slots, 0), free_until = :now + min(expiry, 2.0)
+WHERE id = :session_id AND labels != '[]' AND expires_at > :now;
 
 -- name: run_close
 -- batch. The history row of an attempt that ended other than in success, written once, as
@@ -320,7 +362,7 @@ WHERE id = :job_id AND status IN ('pending', 'running', 'waiting')
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
           finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-          retry_on_lost, expires_at, limit_key;
+          retry_on_lost, expires_at, limit_key, affinity, require, cost;
 
 -- name: job_retry
 -- By a person or the API: one more attempt for a job that ended without success. Without
@@ -334,7 +376,7 @@ WHERE id = :job_id AND status IN ('failed', 'timed_out', 'cancelled', 'expired')
 RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
           backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
           finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-          retry_on_lost, expires_at, limit_key;
+          retry_on_lost, expires_at, limit_key, affinity, require, cost;
 
 -- name: job_list
 -- Newest first, keyset-paginated by id (:after is the last id of the previous page).
@@ -342,7 +384,7 @@ RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-       retry_on_lost, expires_at, limit_key
+       retry_on_lost, expires_at, limit_key, affinity, require, cost
 FROM plunder_jobs
 WHERE (:queue IS NULL OR queue = :queue
        OR substr(queue, 1, length(:queue) + 1) = :queue || '~')
@@ -391,18 +433,22 @@ ORDER BY id
 LIMIT :limit;
 
 -- name: session_insert
+-- Its free slots count for claims for 2 s (or its expiry, if shorter): see session_heartbeat.
 INSERT INTO plunder_sessions (id, name, host, pid, queues, expiry, started_at, heartbeat_at,
-                              expires_at, tasks, free_slots, key_id)
+                              expires_at, tasks, free_slots, key_id, labels, free_until)
 VALUES (:session_id, :name, :host, :pid, :queues, :expiry, :now, :now, :now + :expiry,
-        :tasks, :free_slots, :key_id)
+        :tasks, :free_slots, :key_id, :labels, :now + min(:expiry, 2.0))
 RETURNING *;
 
 -- name: session_heartbeat
 -- A session past its expiry is dead even before the janitor reaps it: it cannot come back.
--- Its free slots as the worker counts them now (NULL: unchanged).
+-- Its free slots as the worker counts them now (NULL: unchanged), which a claim counts
+-- for 2 s (or its expiry, if shorter; see migration 22), and its labels (NULL: unchanged).
 UPDATE plunder_sessions
 SET heartbeat_at = :now, expires_at = :now + expiry,
-    free_slots = coalesce(:free_slots, free_slots)
+    free_slots = coalesce(:free_slots, free_slots),
+    free_until = CASE WHEN :free_slots IS NULL THEN free_until ELSE :now + min(expiry, 2.0) END,
+    labels = coalesce(:labels, labels)
 WHERE id = :session_id AND expires_at > :now
 RETURNING *;
 
@@ -588,19 +634,23 @@ SELECT queue, status, count(*) AS n FROM plunder_jobs GROUP BY queue, status;
 -- name: job_unrunnable
 -- Pending jobs that no live session can run, counted by task and queue: no live session
 -- lists both their queue and their task. A read for people, as queue_counts. A
--- partition's queue ("q~3", migration 14) counts as its queue.
-SELECT p.task, p.queue, p.n FROM (
+-- partition's queue ("q~3", migration 14) counts as its queue. Jobs that require labels
+-- (migration 22) count apart: they also need a session holding those labels.
+SELECT p.task, p.queue, p.require, p.n FROM (
     SELECT task, CASE WHEN instr(queue, '~') > 0 THEN substr(queue, 1, instr(queue, '~') - 1)
-                      ELSE queue END AS queue, count(*) AS n
+                      ELSE queue END AS queue, require, count(*) AS n
     FROM plunder_jobs
-    WHERE status = 'pending' GROUP BY 1, 2
+    WHERE status = 'pending' GROUP BY 1, 2, 3
 ) AS p
 WHERE NOT EXISTS (
     SELECT 1 FROM plunder_sessions AS s
     WHERE s.expires_at > :now
       AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = p.queue)
-      AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = p.task))
-ORDER BY p.task, p.queue;
+      AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = p.task)
+      AND (p.require IS NULL OR NOT EXISTS (
+          SELECT 1 FROM json_each('["' || replace(trim(p.require, '{}'), ',', '","') || '"]') AS a
+          WHERE a.value NOT IN (SELECT value FROM json_each(s.labels)))))
+ORDER BY p.task, p.queue, p.require IS NOT NULL, p.require;
 
 -- name: queue_oldest_pending
 SELECT queue, :now - min(run_at) AS age FROM plunder_jobs

@@ -1,0 +1,84 @@
+"""Affinity in the store (docs/guide/affinity.md), on every backend: what the claim reads
+of the other sessions' labels and free slots, by the database clock, and what a person
+sees of jobs no live worker can run."""
+
+from __future__ import annotations
+
+import pytest
+
+from plunder.model import JobSpec, TaskInfo, Unrunnable
+from plunder.store import Store
+from tests.store.helpers import claim, later
+
+
+def session(store: Store, name: str, free: int, labels: tuple[str, ...] = (), now: object = None):  # type: ignore[no-untyped-def]
+    return store.session_open(
+        name=name, host="h", pid=1, queues=["default"], expiry=30.0,
+        tasks=[TaskInfo("t", "default", "thread", {})], free_slots=free, labels=labels,
+        now=now,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_a_holder_that_stops_reporting_stops_counting_within_two_seconds(store: Store) -> None:
+    """A holder that neither beats nor claims (SIGSTOPped) keeps its session for its expiry
+    (30 s here), but its free slots count for 2 s only: then its preferred jobs go
+    elsewhere, at the first claim after."""
+    t0 = store.now()
+    holder = session(store, "holder", 4, ("model=m",), now=t0)
+    other = session(store, "other", 4, now=t0)
+    (job,) = store.job_enqueue_many([JobSpec("t", affinity={"model": "m"})], now=t0)
+    assert claim(store, other, now=later(t0, 1.5)) == []
+    assert [j.id for j in claim(store, other, now=later(t0, 2.5))] == [job.id]
+    # a heartbeat with free slots makes them count again, from its own time
+    store.session_heartbeat(holder.id, free_slots=4, now=later(t0, 3))
+    store.job_enqueue_many([JobSpec("t", affinity={"model": "m"})], now=later(t0, 3))
+    assert claim(store, other, now=later(t0, 4.5)) == []
+    assert len(claim(store, other, now=later(t0, 5.5))) == 1
+
+
+def test_a_required_job_never_goes_elsewhere_whatever_the_holders_do(store: Store) -> None:
+    t0 = store.now()
+    session(store, "holder", 4, ("model=m",), now=t0)
+    other = session(store, "other", 4, ("model=n",), now=t0)
+    store.job_enqueue_many([JobSpec("t", require={"model": "m"})], now=t0)
+    assert claim(store, other, now=later(t0, 20)) == []
+
+
+def test_a_job_may_prefer_some_labels_and_require_others(store: Store) -> None:
+    t0 = store.now()
+    # the only holder of the preferred label lacks the required one: not a holder at all
+    session(store, "a", 4, ("model=m",), now=t0)
+    gpu = session(store, "b", 4, ("gpu=a100",), now=t0)
+    (job,) = store.job_enqueue_many(
+        [JobSpec("t", affinity={"model": "m"}, require={"gpu": "a100"})], now=t0
+    )
+    assert job.affinity == "{model=m}" and job.require == "{gpu=a100}"
+    assert [j.id for j in claim(store, gpu, now=t0)] == [job.id]
+
+
+def test_jobs_requiring_labels_no_live_worker_holds_are_listed(store: Store) -> None:
+    t0 = store.now()
+    session(store, "holder", 4, ("model=m",), now=t0)
+    store.job_enqueue_many(
+        [JobSpec("t", require={"model": "m"}), JobSpec("t", require={"model": "x"}),
+         JobSpec("t", require={"model": "x"}), JobSpec("t")], now=t0,
+    )  # fmt: skip
+    assert store.job_unrunnable(now=t0) == [Unrunnable("t", "default", 2, "{model=x}")]
+
+
+def test_bad_labels_and_affinity_are_refused_with_their_name(store: Store) -> None:
+    with pytest.raises(ValueError, match="label's key"):
+        session(store, "w", 1, ("mo del=m",))
+    with pytest.raises(ValueError, match="affinity must be a dict"):
+        store.job_enqueue_many([JobSpec("t", affinity="model=m")])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="its value"):
+        store.job_enqueue_many([JobSpec("t", require={"model": "a,b"})])
+
+
+def test_a_cost_other_than_one_is_refused_not_ignored(store: Store) -> None:
+    (job,) = store.job_enqueue_many([JobSpec("t", cost=1)])
+    assert job.cost == 1 and store.job_get(job.id).cost == 1
+    with pytest.raises(ValueError, match="more than one slot are not supported yet"):
+        store.job_enqueue_many([JobSpec("t", cost=4)])
+    with pytest.raises(ValueError, match="cost must be an integer"):
+        store.job_enqueue_many([JobSpec("t", cost=0)])

@@ -26,15 +26,3 @@ def sleep10(i: int) -> int:
     """Scenario 11: bench.limited's work, without its limit."""
     time.sleep(0.01)
     return i
-
-
-@app.task(name="bench.tenant", queue="bench_fair", fair=True, retries=0)
-def tenant(group: str, i: int) -> int:
-    """Scenario 14: a tenant's no-op on a fair queue (its group set at enqueue)."""
-    return i
-
-
-@app.task(name="bench.tenant_plain", queue="bench_plain", retries=0)
-def tenant_plain(group: str, i: int) -> int:
-    """Scenario 14: the same on a queue that is not fair."""
-    return i

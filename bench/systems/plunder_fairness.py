@@ -28,6 +28,8 @@ QUEUES = {"plain": "bench.tenant_plain", "fair": "bench.tenant"}
 
 
 def fairness(p: Params) -> dict[str, Any]:
+    from bench.systems import plunder_fair_app  # noqa: F401 (registers the tenants' tasks)
+
     app = _app(p.url)
     app.fair("bench_fair")
     probe = Probe(p.url)
@@ -47,7 +49,7 @@ def fairness(p: Params) -> dict[str, Any]:
 
 def _workers(p: Params) -> list[Any]:
     argv = [sys.executable, "-m", "plunder", "--db", p.url, "--log-level", "WARNING",
-            "worker", "-A", "bench.tasks:app", "-q", "bench_plain,bench_fair",
+            "worker", "-A", "bench.systems.plunder_fair_app:app", "-q", "bench_plain,bench_fair",
             "-c", str(_concurrency(p.url))]  # fmt: skip
     log = Path(p.workdir) / "worker.log"
     return [spawn(argv, env={"PLUNDER_URL": p.url}, log=log) for _ in range(WORKERS)]

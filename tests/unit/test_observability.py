@@ -51,15 +51,20 @@ def test_an_unknown_log_format_is_refused_by_name() -> None:
 def test_a_metrics_port_in_use_is_one_clear_error(tmp_path: object) -> None:
     import socket
 
+    from tests.worker import tasks
+
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        answer = CliRunner().invoke(
-            cli.main,
-            ["--db", f"sqlite:///{tmp_path}/x.db", "worker", "-A", "tests.worker.tasks:app",
-             "--metrics-port", str(port)],
-        )  # fmt: skip
+        try:
+            answer = CliRunner().invoke(
+                cli.main,
+                ["--db", f"sqlite:///{tmp_path}/x.db", "worker", "-A", "tests.worker.tasks:app",
+                 "--metrics-port", str(port)],
+            )  # fmt: skip
+        finally:
+            tasks.app.close()  # the in-process command opened the shared app's store
     assert answer.exit_code == 1, answer.output
     assert f"cannot serve metrics on 0.0.0.0:{port}" in answer.output
 

@@ -52,6 +52,20 @@ def test_a_visitor_logs_in_with_a_key_and_a_worker_key_is_refused(
         assert reader.get("/workers").status_code == 200
 
 
+def test_the_workers_page_shows_a_session_s_labels_and_free_slots(
+    gateway: support.Gateway, keys: Keys, store: Store
+) -> None:
+    store.session_open(
+        name="gpu-1", host="h", pid=7, queues=["default"], expiry=60, free_slots=3,
+        labels=["gpu=a100", "model=llama3-70b"],
+    )  # fmt: skip
+    with login(gateway, keys.admin) as admin:
+        page = admin.get("/workers").text
+    row = page[page.index("gpu-1") :].split("</tr>")[0]
+    assert "<code>gpu=a100</code>" in row and "<code>model=llama3-70b</code>" in row
+    assert '<td class="num">3</td>' in row
+
+
 def test_a_reader_sees_no_action_and_its_posts_are_refused(
     gateway: support.Gateway, keys: Keys, store: Store
 ) -> None:

@@ -1275,7 +1275,7 @@ RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.status, j.attem
           j.max_attempts, j.timeout, j.backoff_base, j.backoff_cap, j.retry_on_timeout, j.key,
           j.run_at, j.created_at, j.started_at, j.finished_at, j.deadline_at, j.session_id,
           j.result, j.error, j.failed_sessions, j.losses, j.retry_on_lost, j.expires_at,
-          j.limit_key;
+          j.limit_key, j.affinity, j.require, j.cost;
 
 -- name: fair_advance
 -- batch. A group's turn taken: its virtual time moves on by delta (jobs taken / weight),
@@ -1438,7 +1438,7 @@ LIMIT 100;
 SELECT id, queue, task, args, kwargs, priority, status, attempt, max_attempts, timeout,
        backoff_base, backoff_cap, retry_on_timeout, key, run_at, created_at, started_at,
        finished_at, deadline_at, session_id, result, error, failed_sessions, losses,
-       retry_on_lost, expires_at, limit_key
+       retry_on_lost, expires_at, limit_key, affinity, require, cost
 FROM plunder_jobs
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s
        OR left(queue, length(%(queue)s) + 1) = %(queue)s || '~')
@@ -1595,7 +1595,7 @@ SELECT j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.status, j.attempt,
        j.max_attempts, j.timeout, j.backoff_base, j.backoff_cap, j.retry_on_timeout, j.key,
        j.run_at, j.created_at, j.started_at, j.finished_at, j.deadline_at, j.session_id,
        j.result, j.error, j.failed_sessions, j.losses, j.retry_on_lost, j.expires_at,
-       j.limit_key
+       j.limit_key, j.affinity, j.require, j.cost
 FROM plunder_jobs AS j JOIN member AS m ON j.id = m.id
 ORDER BY j.id;
 

@@ -250,3 +250,5 @@ class Hub:
                             callbacks += table.get(int(item), [])
         for callback in callbacks:
             callback()
+        if callbacks:
+            time.sleep(0)  # the GIL to the thread just woken, before this one's next wait

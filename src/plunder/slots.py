@@ -171,6 +171,8 @@ class Slots:
             self.outcomes.put(Finished(handle.job, False, error=why))
         if handles:
             self._on_stream()  # the streamer, idle while nothing ran, keeps their pace
+        if pooled:
+            time.sleep(0)  # hand the GIL to the task thread just woken before our bookkeeping
 
     def _runner(self, task: Any) -> ThreadRunner | AsyncRunner | ProcessRunner:
         if task.is_async:

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,9 +19,11 @@ from plunder.config import WorkerDeadlines
 from plunder.execution import tune_gc
 from plunder.options import WorkerOptions
 from plunder.store import open_store
-from plunder.store.http import Client, HttpLink
 from plunder.turns import MAX_DEPTH
 from plunder.worker import Worker
+
+if TYPE_CHECKING:
+    from plunder.store.http import HttpLink
 
 
 def load_app(spec: str, state: State) -> App:
@@ -156,6 +159,8 @@ def _gateway_link(state: State, app: App) -> HttpLink | None:
     url = app.url
     if not url.lower().startswith(("http://", "https://")):
         return None
+    from plunder.store.http import Client, HttpLink  # httpx: only for a gateway's worker
+
     deadlines = WorkerDeadlines.of(app.settings)  # as on the database: no call outlives them
     key = state.key or os.environ.get("PLUNDER_KEY")
     client = Client(url, key, call_timeout=deadlines.call_timeout)

@@ -8,7 +8,12 @@ children: as many workflows of two jobs (a no-op parent → a child), one per en
           same machine's clock);
 fan:      one workflow of a root, ``fan`` no-op children and a last job waiting for all
           of them (a fan-out and fan-in), enqueued in one call: its jobs/s from just
-          before the enqueue to the last job's first line, and the enqueue's time.
+          before the enqueue to the last job's first line, and the enqueue's time;
+fan-in:   then with ``FAN_WORKERS`` worker processes: ``fan`` no-op parents of one last
+          job, all pending at once (parents ending together in several transactions, each
+          settling the one child), the first start → the child's end; beside as many plain
+          no-ops drained by the same workers, alternating, and the deadlocks PostgreSQL
+          counted meanwhile.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from bench.common import Params, percentiles, stop_all, wait_idle
 from bench.systems.plunder import Probe, _app, _epoch, _sessions, _workers
 
 FAN = 10_000
+FAN_WORKERS = 4
+FAN_IN_ROUNDS = 2  # fan-in and plain drains, alternating
 
 
 def flows(p: Params) -> dict[str, Any]:
@@ -34,6 +41,9 @@ def flows(p: Params) -> dict[str, Any]:
         plain = _plain(p, app)
         children = _children(p, app, probe)
         rate, seconds, enqueued = _fan(p, app, fan)
+        procs += _workers(p, FAN_WORKERS - 1, "bench.systems.plunder_app:app")
+        wait_idle(procs, check=lambda: _sessions(app, FAN_WORKERS))
+        fan_in = _fan_in(app, probe, fan)
     finally:
         stop_all(procs)
         probe.close()
@@ -45,6 +55,7 @@ def flows(p: Params) -> dict[str, Any]:
         "fan": fan,
         **{f"plain_{k}": v for k, v in plain.items()},
         **{f"child_{k}": v for k, v in children.items()},
+        **fan_in,
     }
 
 
@@ -95,3 +106,38 @@ def _fan(p: Params, app: Any, fan: int) -> tuple[float, float, float]:
     enqueued = time.time() - started
     ended = workflow.job(last).result(timeout=p.timeout)
     return (fan + 2) / (ended - started), ended - started, enqueued
+
+
+def _fan_in(app: Any, probe: Probe, fan: int) -> dict[str, float]:
+    """Jobs/s of ``fan`` parents → one child and of ``fan`` plain jobs, several workers;
+    the best of FAN_IN_ROUNDS each, alternating; deadlocks counted by PostgreSQL."""
+    noop = app.registry.get("bench.noop")
+    deadlocks = "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+    before = probe.scalar(deadlocks) if probe.path is None else 0
+    fan_in, plain = [], []
+    for _ in range(FAN_IN_ROUNDS):
+        flow = plunder.Flow(app)
+        parents = flow.group(*[plunder.call(noop, i) for i in range(fan)])
+        flow.add(noop, -1, after=parents)
+        ids = flow.enqueue().ids
+        fan_in.append((fan + 1) / _drained(probe, ids))
+        ids = [job.id for job in noop.enqueue_many([(i,) for i in range(fan)])]
+        plain.append(fan / _drained(probe, ids))
+    after = probe.scalar(deadlocks) if probe.path is None else 0
+    return {"fan_in_rate": max(fan_in), "fan_plain_rate": max(plain),
+            "fan_in_deadlocks": after - before}  # fmt: skip
+
+
+def _drained(probe: Probe, ids: list[int]) -> float:
+    """Seconds from the first of ``ids`` starting to the last ending (the database's
+    clock), that is, without their enqueue."""
+    first, last = min(ids), max(ids)
+    count = "SELECT count(*) FROM plunder_jobs WHERE id BETWEEN %s AND %s AND finished_at IS NULL"
+    while probe.scalar(count, first, last):
+        time.sleep(0.01)
+    started, ended = probe.rows(
+        "SELECT min(started_at), max(finished_at) FROM plunder_jobs WHERE id BETWEEN %s AND %s",
+        first,
+        last,
+    )[0]
+    return float(_epoch(ended) - _epoch(started))  # type: ignore[operator]

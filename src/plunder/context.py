@@ -26,7 +26,6 @@ from plunder.protocol import WorkerProtocol
 
 log = logging.getLogger("plunder.context")
 T = TypeVar("T")
-MAX_LOG_LINES = 200
 FLUSH_BYTES = 4096
 
 
@@ -43,6 +42,10 @@ class Sink(Protocol):
     def job_complete_many(self, completions: Sequence[Completion], *, conn: Any) -> AckResult: ...
 
     def job_pause_limit(self, claim: Claim, key: str, seconds: float) -> datetime: ...
+
+    def job_parent_results(
+        self, job_id: int, *, claim: Claim | None = None
+    ) -> dict[int, tuple[str, Any]]: ...
 
 
 class LinkSink:
@@ -66,27 +69,15 @@ class LinkSink:
     def job_pause_limit(self, claim: Claim, key: str, seconds: float) -> datetime:
         return self._link.pause_limit(claim, key, seconds)
 
+    def job_parent_results(
+        self, job_id: int, *, claim: Claim | None = None
+    ) -> dict[int, tuple[str, Any]]:
+        if claim is None or claim.job_id != job_id:
+            raise errors.ConfigError("parents' results come through the link by a claim only")
+        return {p.job_id: (p.status, p.result) for p in self._link.parent_results(claim)}
+
     def job_complete_many(self, completions: Sequence[Completion], *, conn: Any) -> AckResult:
         raise errors.ConfigError("no transaction to acknowledge in (see transaction())")
-
-
-class _LineCapture(logging.Handler):
-    def __init__(self, lines: list[str]) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines = lines
-        self.setFormatter(logging.Formatter(LOG_FORMAT))
-
-    def emit(self, record: logging.LogRecord) -> None:
-        keep_line(self.lines, self.format(record))
-
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
-
-
-def keep_line(lines: list[str], line: str) -> None:
-    lines.append(line)
-    if len(lines) > MAX_LOG_LINES * 2:  # keep memory bounded; the store keeps the tail
-        del lines[: len(lines) - MAX_LOG_LINES]
 
 
 class JobIdentity:
@@ -135,7 +126,7 @@ class Context(JobIdentity, Labelling):
         if self._logger is None:
             logger = logging.Logger(f"plunder.task.{self.job.task}", logging.DEBUG)
             logger.parent = logging.getLogger("plunder.task")
-            logger.addHandler(_LineCapture(self.log_lines))
+            logger.addHandler(logs.LineCapture(self.log_lines))
             logger.addFilter(logs.JobFields(self.job))
             self._logger = logger
         return self._logger
@@ -159,7 +150,7 @@ class Context(JobIdentity, Labelling):
     @property
     def parent_results(self) -> dict[int, Any]:
         """Each parent's result by job id, for a job of a workflow (see plunder.graph)."""
-        return graph.results_of(self._store, self.job.id)
+        return graph.results_of(self._store, self.claim)
 
     # -- cancellation ---------------------------------------------------------------------
     @property
@@ -213,7 +204,7 @@ class Context(JobIdentity, Labelling):
 
     def add_log_line(self, line: str) -> None:
         """A log line of a process-pool task's child, for this run's history."""
-        keep_line(self.log_lines, line)
+        logs.keep_line(self.log_lines, line)
 
     def _append(self, kind: str, data: Any, size: int) -> None:
         with self._lock:

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from plunder import errors
-from plunder.model import JobRecord
+from plunder.model import Claim, JobRecord
 
 POLICIES = ("skip", "fail", "run")  # what a parent's failure does to its child; the default first
 
@@ -57,13 +56,28 @@ class WorkflowState:
         return [link.child_id for link in self.links if link.parent_id == job_id]
 
 
-def results_of(store: Any, job_id: int) -> dict[int, Any]:
+@dataclass(frozen=True, slots=True)
+class ParentResult:
+    """What a parent of a running child ended with: its status, and its result (None
+    unless it succeeded)."""
+
+    job_id: int
+    status: str
+    result: Any = None
+
+
+class ParentReader(Protocol):
+    def job_parent_results(
+        self, job_id: int, *, claim: Claim | None = None
+    ) -> dict[int, tuple[str, Any]]: ...
+
+
+def results_of(sink: ParentReader, claim: Claim) -> dict[int, Any]:
     """``ctx.parent_results``: each parent's result by job id (None for one that did not
-    succeed), read from the database when asked; a worker through a gateway has none."""
-    read = getattr(store, "job_parent_results", None)
-    if read is None:
-        raise errors.ConfigError("ctx.parent_results needs a worker connected to the database")
-    return {parent: result for parent, (_, result) in read(job_id).items()}
+    succeed), read when asked, fenced by the child's claim (StaleClaim once it is not
+    current): from the database, or through the gateway (plunder.context.LinkSink)."""
+    found = sink.job_parent_results(claim.job_id, claim=claim)
+    return {parent: result for parent, (_, result) in found.items()}
 
 
 def check_policy(policy: Any) -> str:

@@ -18,6 +18,26 @@ from plunder.model import JobRecord
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 JOB_FIELDS = ("job_id", "attempt", "task", "queue", "session")
 FORMATS = ("text", "json")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"  # a task's lines in its run's history
+MAX_LOG_LINES = 200
+
+
+class LineCapture(logging.Handler):
+    """A task's log lines kept in ``lines`` (see keep_line), for its run's history."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines = lines
+        self.setFormatter(logging.Formatter(LOG_FORMAT))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        keep_line(self.lines, self.format(record))
+
+
+def keep_line(lines: list[str], line: str) -> None:
+    lines.append(line)
+    if len(lines) > MAX_LOG_LINES * 2:  # keep memory bounded; the store keeps the tail
+        del lines[: len(lines) - MAX_LOG_LINES]
 
 
 class JsonFormatter(logging.Formatter):

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from plunder import errors, payload
-from plunder.context import LOG_FORMAT, JobIdentity
+from plunder.context import JobIdentity
 from plunder.execution import Finished, Handle, call_arguments
+from plunder.logs import LOG_FORMAT
 from plunder.model import ErrorInfo, JobRecord
 
 log = logging.getLogger("plunder.execution")

@@ -9,6 +9,7 @@
    append(claim, events) ────────────────────▶  stream events and progress, fenced
    change_queues(session, add, remove) ──────▶  queues joined and left; the session's now
    pause_limit(claim, key, seconds) ─────────▶  a limit key paused, the job given back
+   parent_results(claim) ────────────────────▶  a workflow child's parents' results, fenced
    next_due(ClaimRequest) ───────────────────▶  seconds until the next delayed job is due
    close(session, started) ──────────────────▶  its unfinished jobs given back at once
 ```
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from plunder.graph import ParentResult
 from plunder.model import (
     AckResult,
     Claim,
@@ -158,6 +160,12 @@ class WorkerProtocol(Protocol):
         back to wait with them without spending an attempt (fenced: StaleClaim if the
         claim is not current); when the pause ends. Through a gateway, only the claimed
         job's own limit key may be paused."""
+        ...
+
+    def parent_results(self, claim: Claim) -> tuple[ParentResult, ...]:
+        """What the parents of the claimed job (a workflow's child) ended with, in id
+        order: only while the claim is current (StaleClaim otherwise, as for a job not
+        known; through a gateway, also for a job of another group)."""
         ...
 
     def watch(self, session_id: str, queues: Sequence[str], wait: float) -> bool:

@@ -9,11 +9,12 @@ is written. Times are ISO 8601 text with their offset (the database's clock).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 from plunder import errors
+from plunder.graph import ParentResult
 from plunder.model import (
     Claim,
     Completion,
@@ -147,6 +148,22 @@ def claim_in(data: Any) -> Claim:
     claim = Claim(f.take("job_id", int), f.take("attempt", int), f.take("session_id", str))
     f.done()
     return claim
+
+
+def parents_out(parents: Sequence[ParentResult]) -> dict[str, Any]:
+    return {"parents": [{"job_id": p.job_id, "status": p.status, "result": p.result}
+                        for p in parents]}  # fmt: skip
+
+
+def parents_in(data: Any) -> tuple[ParentResult, ...]:
+    return tuple(Fields(data, "parents' results").items("parents", _parent_in))
+
+
+def _parent_in(data: Any) -> ParentResult:
+    f = Fields(data, "a parent's result")
+    parent = ParentResult(f.take("job_id", int), f.take("status", str), f.take("result", object))
+    f.done()
+    return parent
 
 
 def task_info_out(info: TaskInfo) -> dict[str, Any]:

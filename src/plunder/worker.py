@@ -333,6 +333,8 @@ class Worker:
     def _wait_time(self) -> float:
         """Until an outcome or a wake-up arrives, but no longer than the poll interval, the
         next due delayed job (database clock) or the next task deadline."""
+        if not self._slots.outcomes.empty():  # a wake-up came during the turn (a child its
+            return 0.0  # results released): claim now, without reading the next due job
         wait = self.settings.poll_interval
         free = self._slots.busy() < self.options.concurrency and not self._stop.is_set()
         free = free and bool(self.queues)  # none left: nothing to claim

@@ -35,3 +35,10 @@ def whoami(seconds: float) -> int:
 def short(n: int) -> int:
     time.sleep(0.005)
     return n
+
+
+@app.task(name="gather", queue="llm", retries=0)
+def gather(ctx: plunder.Context, tag: str) -> list[object]:
+    """A workflow's job: its tag, then each parent's id and result in id order (read
+    through the gateway: this worker has no database)."""
+    return [tag, [[job_id, result] for job_id, result in sorted(ctx.parent_results.items())]]

@@ -8,10 +8,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+import httpx
 import pytest
 
-from plunder import errors
-from plunder.model import Completion, JobSpec, Limit, TaskInfo
+from plunder import errors, wire
+from plunder.graph import Edge, ParentResult
+from plunder.model import Claim, Completion, ErrorInfo, Failure, JobSpec, Limit, TaskInfo
 from plunder.protocol import Beat, ClaimRequest, Hello, WorkerProtocol
 from plunder.states import Status
 from plunder.store import Store
@@ -197,3 +199,58 @@ def test_a_fair_queue_is_claimed_in_turn_through_either_link(
     # a turn that acknowledges and claims (one statement on PostgreSQL for plain queues)
     second = remote.exchange(session.id, done, claim(limit=3)).claimed
     assert sorted(j.args[0] for j in second) == ["a", "b", "b"]
+
+
+def test_a_child_reads_its_parents_results_by_its_claim_only(
+    links: Callable[[str], WorkerProtocol], keys: Keys, store: Store
+) -> None:
+    specs = [JobSpec("t.echo", [n]) for n in ("a", "b", "child")]
+    a, b, child = store.flow_enqueue(specs, [Edge(0, 2), Edge(1, 2, "run")])
+    remote = links(keys.worker)
+    session = remote.open(hello())
+    parents = {j.id: j for j in remote.exchange(session.id, [], claim()).claimed}
+    assert sorted(parents) == [a, b]
+    assert remote.parent_results(parents[a].claim) == ()  # a job with no parents
+    outcomes = [Completion(parents[a].claim, {"a": [1, None]}),
+                Failure(parents[b].claim, ErrorInfo("E", "no"), retry_delay=None)]  # fmt: skip
+    remote.exchange(session.id, outcomes, None)
+    (job,) = remote.exchange(session.id, [], claim()).claimed
+    assert job.id == child
+    assert remote.parent_results(job.claim) == (
+        ParentResult(a, "succeeded", {"a": [1, None]}),
+        ParentResult(b, "failed", None),
+    )
+    remote.exchange(session.id, [Completion(job.claim, "done")], None)
+    with pytest.raises(errors.StaleClaim):  # fenced: the attempt has ended
+        remote.parent_results(job.claim)
+    with pytest.raises(errors.StaleClaim):  # a job never claimed, or none at all
+        remote.parent_results(Claim(a + 1000, 1, session.id))
+
+
+def test_a_key_of_another_group_cannot_tell_a_foreign_job_from_none(
+    gateway: Gateway, keys: Keys, store: Store
+) -> None:
+    a, child = store.flow_enqueue([JobSpec("t.echo", [0]), JobSpec("t.echo", [1])], [Edge(0, 1)])
+    mine = HttpLink(Client(gateway.url, keys.worker, busy_total=2.0))
+    session = mine.open(hello())
+    (parent,) = mine.exchange(session.id, [], claim()).claimed
+    mine.exchange(session.id, [Completion(parent.claim, 7)], None)
+    (job,) = mine.exchange(session.id, [], claim()).claimed
+    assert mine.parent_results(job.claim) == (ParentResult(a, "succeeded", 7),)
+    gpu = Hello("gpu", "elsewhere", 8, ("llm",), (TaskInfo("t.echo", "llm", "thread", {}),), 5.0)
+    with httpx.Client(base_url=gateway.url, timeout=30) as http:
+        headers = {"Authorization": f"Bearer {keys.gpu_worker}"}
+        theirs = http.post("/v1/sessions", json=wire.hello_out(gpu), headers=headers).json()["id"]
+        answers = []
+        for job_id, session_id in [(child, theirs), (child, session.id), (child + 1000, theirs)]:
+            body = {"claim": {"job_id": job_id, "attempt": 1, "session_id": session_id}}
+            path = f"/v1/sessions/{theirs}/parent-results"
+            answer = http.post(path, json=body, headers=headers)
+            answers.append((answer.status_code, answer.json()["error"].replace(str(job_id), "N")))
+        # another session's URL: refused as a session that does not exist
+        path = f"/v1/sessions/{session.id}/parent-results"
+        body = {"claim": wire.claim_out(job.claim)}
+        assert http.post(path, json=body, headers=headers).status_code == 404
+    assert answers == [(404, "no job N claimed by this session")] * 3
+    assert mine.parent_results(job.claim)  # still readable by the session holding it
+    mine.close_client()

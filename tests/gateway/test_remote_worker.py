@@ -89,6 +89,32 @@ def test_a_killed_remote_worker_s_job_is_rescued_by_another(
     assert store.job_get(job.id).attempt == 2
 
 
+def test_a_workflow_run_by_a_remote_worker_gives_each_child_its_parents_results(
+    gateway: Gateway, keys: Keys, store: Store, store_url: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "worker.log"
+    worker = remote_worker(gateway, keys.gpu_worker, log, "-c", "4")
+    app = plunder.App(store_url)
+    try:
+        serving(store, 1)
+        flow = plunder.Flow(app)
+        a = flow.add("gather", "a")
+        b, c = flow.group(plunder.call("gather", "b"), plunder.call("gather", "c"), after=a)
+        d = flow.add("gather", "d", after=[b, c])
+        workflow = flow.enqueue()
+        ids = [workflow.job(n).id for n in (a, b, c, d)]
+        assert workflow.job(d).result(timeout=60) == [
+            "d",
+            [[ids[1], ["b", [[ids[0], ["a", []]]]]], [ids[2], ["c", [[ids[0], ["a", []]]]]]],
+        ], log.read_text()
+        assert {store.job_get(i).queue for i in ids} == {"llm"}
+    finally:
+        app.close()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0, log.read_text()
+    assert "Traceback" not in log.read_text()
+
+
 def test_a_remote_worker_has_no_database_url(gateway: Gateway, keys: Keys, tmp_path: Path) -> None:
     env = env_without_database()
     assert not any(v.startswith(("postgresql:", "sqlite:")) for v in env.values())

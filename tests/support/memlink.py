@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from plunder import errors
+from plunder.graph import ParentResult
 from plunder.model import AckResult, Claim, Completion, Failure, Heartbeat, JobRecord, Session
 from plunder.protocol import Beat, ClaimRequest, Hello, Outcome, Release, Reply
 from plunder.states import Status
@@ -158,6 +159,13 @@ class MemoryLink:
             self.calls.append("pause_limit")
             self._write([Release(claim)])
             return _now() + timedelta(seconds=seconds)
+
+    def parent_results(self, claim: Claim) -> tuple[ParentResult, ...]:
+        """None (this double has no workflows), while the claim is current."""
+        with self._lock:
+            if not self._current(claim):
+                raise errors.StaleClaim(f"job {claim.job_id}: the claim is no longer current")
+            return ()
 
     def watch(self, session_id: str, queues: Sequence[str], wait: float) -> bool:
         return True  # never asked: it does not long-poll

@@ -92,6 +92,7 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("/v1/sessions/{session_id}/pause-limit", "post"): _object(
         ["claim", "key", "seconds"], claim=_CLAIM, key=_STR, seconds={"type": "number"}
     ),
+    ("/v1/sessions/{session_id}/parent-results", "post"): _object(["claim"], claim=_CLAIM),
     ("/v1/jobs", "post"): _object(["jobs"], jobs={"type": "array", "items": _SPEC}, records=_BOOL),
     ("/v1/keys", "post"): _object(
         ["role"],
@@ -114,6 +115,7 @@ SUMMARIES = {
     "close": "Close a session; its unstarted jobs go back",
     "queues": "Join and leave queues (those the key may use); the session's queues now",
     "pause_limit": "Pause the claimed job's limit key and give the job back (fenced)",
+    "parent_results": "The results of the claimed job's parents in its workflow (fenced)",
     "enqueue": "Enqueue jobs (one transaction)",
     "list_jobs": "A page of jobs, newest first (any key but an admin's names a queue)",
     "get_job": "A job",

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from plunder import wire, wire_exchange
+from plunder import errors, wire, wire_exchange
 from plunder.access import ApiKey
 from plunder.gateway.auth import Refused
 from plunder.gateway.server import (
@@ -31,6 +31,7 @@ from plunder.gateway.server import (
     handler,
     key_of,
     own_session,
+    refusal,
 )
 from plunder.protocol import ClaimRequest, Outcome, Reply
 
@@ -44,6 +45,7 @@ ROUTES = [
     ("/v1/sessions/{session_id}/close", "POST", "close"),
     ("/v1/sessions/{session_id}/queues", "POST", "queues"),
     ("/v1/sessions/{session_id}/pause-limit", "POST", "pause_limit"),
+    ("/v1/sessions/{session_id}/parent-results", "POST", "parent_results"),
 ]
 
 
@@ -199,6 +201,23 @@ async def pause_limit(gateway: Gateway, request: Request) -> Response:
     return JSONResponse({"until": wire.time_out(until)})
 
 
+async def parent_results(gateway: Gateway, request: Request) -> Response:
+    """ctx.parent_results of a remote worker: only for a job its session holds now (the
+    claim's fence is the scope: decision 0020). A claim of another session, not current,
+    or on a job unknown or of another group: one answer, 404."""
+    _, session_id, data = await _session(gateway, request)
+    fields = wire.Fields(data, "a parents' results request")
+    claim = wire.claim_in(fields.take("claim", dict))
+    fields.done()
+    try:
+        if claim.session_id != session_id:
+            raise errors.StaleClaim("the claim names another session")
+        found = await run_in_threadpool(gateway.link.parent_results, claim)
+    except errors.StaleClaim:
+        return refusal(404, f"no job {claim.job_id} claimed by this session", "StaleClaim")
+    return JSONResponse(wire.parents_out(found))
+
+
 def _event_in(data: Any) -> tuple[str, Any]:
     fields = wire.Fields(data, "a stream event")
     kind = fields.take("kind", str)
@@ -268,6 +287,7 @@ _ENDPOINTS = {
     "close": close,
     "queues": change_queues,
     "pause_limit": pause_limit,
+    "parent_results": parent_results,
 }
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from plunder import errors, payload
 from plunder.graph import Edge, Link, WorkflowState, order
-from plunder.model import ErrorInfo, JobSpec
+from plunder.model import Claim, ErrorInfo, JobSpec
 from plunder.states import TERMINAL, Status
 from plunder.store import limits
 from plunder.store.driver import Now, Tx
@@ -32,7 +32,8 @@ CANCELLED = ErrorInfo("plunder.Cancelled", "cancelled with its workflow")
 
 
 class Edges:
-    """flow_enqueue, flow_get, flow_cancel, edge_list and job_parent_results."""
+    """flow_enqueue, flow_get, flow_cancel, edge_list and job_parent_results (fenced by a
+    claim when given one)."""
 
     def __init__(self, engine: Engine, enqueue: Enqueue, partitions: Partitions) -> None:
         self.engine = engine
@@ -177,10 +178,27 @@ class Edges:
         rows = tx.all("edge_list", ids=self.engine.list_in(ids))
         return [Link(int(r["parent_id"]), int(r["child_id"]), str(r["on_failure"])) for r in rows]
 
-    def job_parent_results(self, job_id: int) -> dict[int, tuple[str, Any]]:
-        rows = self.engine.run(
-            lambda tx: tx.all("edge_parent_results", job_id=int(job_id)), write=False
-        )
+    def job_parent_results(
+        self, job_id: int, *, claim: Claim | None = None
+    ) -> dict[int, tuple[str, Any]]:
+        if claim is None:
+            rows = self.engine.run(
+                lambda tx: tx.all("edge_parent_results", job_id=int(job_id)), write=False
+            )
+        else:
+            if claim.job_id != job_id:
+                raise ValueError(f"the claim is on job {claim.job_id}, not on job {job_id}")
+            rows = self.engine.run(
+                lambda tx: tx.all("edge_parent_results_claimed", **_fence(claim)),
+                write=False,
+            )
+            if not rows:
+                raise errors.StaleClaim(
+                    f"job {claim.job_id} attempt {claim.attempt} is not claimed by this "
+                    "session: its parents' results are not given",
+                    job_id=claim.job_id, attempt=claim.attempt, session_id=claim.session_id,
+                )  # fmt: skip
+            rows = [r for r in rows if r["id"] is not None]
         return {
             int(r["id"]): (
                 str(r["status"]),
@@ -188,3 +206,7 @@ class Edges:
             )
             for r in rows
         }
+
+
+def _fence(claim: Claim) -> dict[str, Any]:
+    return {"job_id": claim.job_id, "attempt": claim.attempt, "session_id": claim.session_id}

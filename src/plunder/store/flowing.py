@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from plunder.graph import Edge, Link, WorkflowState
-from plunder.model import JobSpec
+from plunder.model import Claim, JobSpec
 
 Now = datetime | None
 
@@ -37,6 +37,10 @@ class FlowOps(Protocol):
         """The edges into or out of these jobs."""
         ...
 
-    def job_parent_results(self, job_id: int) -> dict[int, tuple[str, Any]]:
-        """Each parent of ``job_id``: its status and its result (None unless succeeded)."""
+    def job_parent_results(
+        self, job_id: int, *, claim: Claim | None = None
+    ) -> dict[int, tuple[str, Any]]:
+        """Each parent of ``job_id``: its status and its result (None unless succeeded).
+        With ``claim`` (a worker's, on this job), only while the claim is current:
+        StaleClaim otherwise, as for a job unknown."""
         ...

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from plunder.graph import ParentResult
 from plunder.model import (
     AckResult,
     Claim,
@@ -94,6 +95,10 @@ class StoreLink:
 
     def pause_limit(self, claim: Claim, key: str, seconds: float) -> datetime:
         return self.store.job_pause_limit(claim, key, seconds)
+
+    def parent_results(self, claim: Claim) -> tuple[ParentResult, ...]:
+        found = self.store.job_parent_results(claim.job_id, claim=claim)
+        return tuple(ParentResult(i, status, result) for i, (status, result) in found.items())
 
     def watch(self, session_id: str, queues: Sequence[str], wait: float) -> bool:
         return True  # never asked: the worker's hub wakes it

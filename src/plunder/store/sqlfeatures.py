@@ -64,8 +64,10 @@ class FeatureOps:
     def edge_list(self, job_ids: Sequence[int]) -> list[Link]:
         return self.edges.edge_list(job_ids)
 
-    def job_parent_results(self, job_id: int) -> dict[int, tuple[str, Any]]:
-        return self.edges.job_parent_results(job_id)
+    def job_parent_results(
+        self, job_id: int, *, claim: Claim | None = None
+    ) -> dict[int, tuple[str, Any]]:
+        return self.edges.job_parent_results(job_id, claim=claim)
 
     # -- partitioned queues (plunder.store.partitions) ---------------------------------------
     def partition_declare(

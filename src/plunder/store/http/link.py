@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from plunder import wire, wire_exchange
+from plunder.graph import ParentResult
 from plunder.model import Claim, Heartbeat, Session
 from plunder.protocol import Beat, ClaimRequest, Hello, Outcome, Reply
 from plunder.store.http.client import Client
@@ -83,6 +84,14 @@ class HttpLink:
             json={"claim": wire.claim_out(claim), "key": key, "seconds": seconds},
         )
         return wire.time_in(data["until"], "a pause's end")
+
+    def parent_results(self, claim: Claim) -> tuple[ParentResult, ...]:
+        data = self.client.call(
+            "POST",
+            f"/v1/sessions/{claim.session_id}/parent-results",
+            json={"claim": wire.claim_out(claim)},
+        )
+        return wire.parents_in(data)
 
     def change_queues(
         self, session_id: str, *, add: Sequence[str] = (), remove: Sequence[str] = ()

@@ -1582,6 +1582,17 @@ FROM plunder_edges AS e JOIN plunder_jobs AS j ON j.id = e.parent_id
 WHERE e.child_id = %(job_id)s
 ORDER BY e.parent_id;
 
+-- name: edge_parent_results_claimed
+-- The same for a child's current attempt only (fenced by its claim): no row when the
+-- claim is not current (or the job unknown), one row with a NULL id when it has no parents.
+SELECT e.parent_id AS id, j.status, j.result
+FROM plunder_jobs AS c
+LEFT JOIN plunder_edges AS e ON e.child_id = c.id
+LEFT JOIN plunder_jobs AS j ON j.id = e.parent_id
+WHERE c.id = %(job_id)s AND c.status = 'running' AND c.attempt = %(attempt)s
+  AND c.session_id = %(session_id)s
+ORDER BY e.parent_id;
+
 -- name: flow_jobs
 -- Every job of the workflow a job belongs to: those its edges join it to, either way.
 WITH RECURSIVE member(id) AS (

@@ -169,9 +169,12 @@ class Slots:
                 self.outcomes.put(Finished(job, False, error=exc))
         for handle, why in self._threads.start_many(pooled):
             self.outcomes.put(Finished(handle.job, False, error=why))
-        if handles:
+        self._started(bool(handles), bool(pooled))
+
+    def _started(self, any_job: bool, threads_woken: bool) -> None:
+        if any_job:
             self._on_stream()  # the streamer, idle while nothing ran, keeps their pace
-        if pooled:
+        if threads_woken:
             time.sleep(0)  # hand the GIL to the task thread just woken before our bookkeeping
 
     def _runner(self, task: Any) -> ThreadRunner | AsyncRunner | ProcessRunner:

@@ -39,6 +39,7 @@ def run(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.timeout(1500)  # the shop's tests start real processes: minutes on a loaded machine
 def test_the_django_tests_pass_on_django_6() -> None:
     probe = "import django, django.tasks, plunder; print(django.VERSION[0], plunder.__file__)"
     version, plunder_file = run("-c", probe, timeout=60).stdout.split()

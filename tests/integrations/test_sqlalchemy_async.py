@@ -129,3 +129,24 @@ def test_the_sync_and_async_paths_refuse_each_other_s_connections(
 
     asyncio.run(main())
     assert testing.enqueued(app) == []
+
+
+def test_starlette_s_enqueuer_joins_an_async_session(app: plunder.App, store_url: str) -> None:
+    pytest.importorskip("starlette")
+    from plunder.contrib.starlette import Enqueuer
+
+    note = register(app)
+
+    async def main() -> None:
+        engine = await engine_for(store_url)
+        try:
+            async with AsyncSession(engine) as session:
+                await Enqueuer(session).enqueue_async(note, "rolled back")
+                await session.rollback()
+                await Enqueuer(session).enqueue_async(note, "kept")
+                await session.commit()
+        finally:
+            await engine.dispose()
+
+    asyncio.run(main())
+    assert [j.args for j in testing.enqueued(app)] == [["kept"]]

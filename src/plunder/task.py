@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
-from plunder import errors, payload
+from plunder import adapters, errors, payload
 from plunder.context import Context
 from plunder.model import JobSpec, Limit, TaskInfo, positional_builder
 
@@ -229,6 +229,16 @@ class Task:
         a sync SQLAlchemy Connection or Session over one of them; see plunder.adapters):
         the job exists if and only if that transaction commits."""
         return self._producer().enqueue_specs([self.spec(args, kwargs)], conn=conn)[0]
+
+    async def enqueue_in_async(self, conn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``await task.enqueue_in_async(conn, ...)``: :meth:`enqueue_in` on an async
+        SQLAlchemy ``AsyncConnection`` or ``AsyncSession`` (over psycopg or aiosqlite): the
+        job exists if and only if its transaction commits."""
+        producer, spec = self._producer(), self.spec(args, kwargs)
+        jobs = await adapters.run_sync_on(
+            conn, lambda sync: producer.enqueue_specs([spec], conn=sync)
+        )
+        return jobs[0]
 
     def _producer(self) -> Producer:
         if self.producer is None:

@@ -79,8 +79,10 @@ def job_state(url: str, result_id: str, *, reference: bool) -> tuple[str, int]:
         key = int(result_id)
     if url.startswith("sqlite:///"):
         import sqlite3
+        from contextlib import closing
 
-        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        # closing(): sqlite3's own context manager ends the transaction, not the connection
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
             row = conn.execute(status_sql.replace("%s", "?"), (key,)).fetchone()
             running = conn.execute(running_sql).fetchone()[0]
     else:

@@ -163,7 +163,7 @@ def test_queues_are_honoured_and_checked(alias: str, django_setup: Any) -> None:
     assert backend_of(alias).app.store.job_get(int(result.id)).queue == "emails"
     run(alias)
     assert backend_of(alias).get_result(result.id).return_value == "HEY"
-    with pytest.raises(compat.exceptions.InvalidTaskError, match="Queue 'nope'"):
+    with pytest.raises(compat.InvalidTask, match="Queue 'nope'"):
         django_setup.add.using(queue_name="nope", backend=alias)
 
 

@@ -1,6 +1,6 @@
 """The integration guides' samples run: testing.md's tests under pytest with plunder's
-plugin, sqlalchemy.md's script and fastapi.md's app on both backends, and django.md's
-samples are the tested sample project's code."""
+plugin, sqlalchemy.md's scripts (sync and async) and fastapi.md's app on both backends, and
+django.md's samples are the tested sample project's code."""
 
 from __future__ import annotations
 
@@ -37,12 +37,13 @@ def test_the_testing_guide_s_tests_pass_under_the_plugin(tmp_path: Path) -> None
     assert "2 passed" in done.stdout
 
 
-def test_the_sqlalchemy_guide_s_script(store_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("script", ["notes.py", "notes_async.py"])
+def test_the_sqlalchemy_guide_s_scripts(store_url: str, tmp_path: Path, script: str) -> None:
     pytest.importorskip("sqlalchemy")
-    (tmp_path / "notes.py").write_text(named_samples(GUIDE / "sqlalchemy.md")["notes.py"])
+    (tmp_path / script).write_text(named_samples(GUIDE / "sqlalchemy.md")[script])
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "NOTES_DB": store_url}
     done = subprocess.run(
-        [sys.executable, "notes.py"],
+        [sys.executable, script],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -53,7 +53,12 @@ PLUNDER_TASKS = {
 # SHOP_TASKS=reference: the reference database backend (django-tasks-db and its db_worker)
 # instead, for comparison
 if os.environ.get("SHOP_TASKS") == "reference":
-    INSTALLED_APPS += ["django_tasks", "django_tasks_db"]
+    import django
+
+    # Django 6 has django.tasks; on 5.2 the backport is an app of its own
+    INSTALLED_APPS += (
+        ["django_tasks_db"] if django.VERSION >= (6,) else ["django_tasks", "django_tasks_db"]
+    )
     TASKS = {
         "default": {
             "BACKEND": "django_tasks_db.DatabaseBackend",

@@ -2,8 +2,9 @@
 plunder App's store, an enqueuer bound to the request's own database transaction, and a
 server-sent events response relaying ``job.stream_async()``.
 
-Enqueueing in the request's transaction needs a synchronous connection (a SQLAlchemy
-``Session`` or ``Connection``, a psycopg or sqlite3 connection): see plunder.adapters.
+Enqueueing in the request's transaction takes a SQLAlchemy ``Session`` or ``Connection``,
+a psycopg or sqlite3 connection (``enqueue``), or an async SQLAlchemy ``AsyncSession`` or
+``AsyncConnection`` (``await enqueue_async``): see plunder.adapters.
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ class Enqueuer:
 
     def enqueue(self, task: Any, *args: Any, **kwargs: Any) -> Job:
         job: Job = task.enqueue_in(self.conn, *args, **kwargs)
+        return job
+
+    async def enqueue_async(self, task: Any, *args: Any, **kwargs: Any) -> Job:
+        """On an async SQLAlchemy ``AsyncSession`` or ``AsyncConnection``."""
+        job: Job = await task.enqueue_in_async(self.conn, *args, **kwargs)
         return job
 
 

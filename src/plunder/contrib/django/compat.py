@@ -1,5 +1,6 @@
 """Django's tasks framework: ``django.tasks`` (Django 6) where it exists, else the
-``django-tasks`` backport on Django 5.2. Both define the same names."""
+``django-tasks`` backport on Django 5.2. Both define the same names, but for the
+exceptions that Django 6 renamed (``InvalidTaskError`` became ``InvalidTask``)."""
 
 from __future__ import annotations
 
@@ -33,4 +34,5 @@ TaskError = base.TaskError
 TaskResult = base.TaskResult
 TaskResultStatus = base.TaskResultStatus
 ResultDoesNotExist = exceptions.TaskResultDoesNotExist
+InvalidTask = getattr(exceptions, "InvalidTask", None) or exceptions.InvalidTaskError
 task_backends = tasks.task_backends

@@ -52,6 +52,7 @@ from plunder.model import SUSPECT_LOSSES
 from plunder.store import queries
 from plunder.store.deadlines import Deadlines
 from plunder.store.driver import CLAIM_LEVELS, Claimed, Tx
+from plunder.store.postgres import adapted
 from plunder.store.postgres.connections import (
     UTC_NAMES,
     PgConnection,
@@ -373,6 +374,8 @@ class PgDriver:
         yield self._caller_tx(conn)
 
     def _caller_tx(self, conn: Any) -> PgTx:
+        if adapted.is_adapted(conn):  # an async SQLAlchemy connection's, in its run_sync
+            return adapted.AdaptedPgTx(conn, self.queries)
         if not isinstance(conn, psycopg.Connection):
             raise TypeError(f"conn must be a psycopg.Connection, not {type(conn).__name__}")
         return PgTx(conn, self.queries)

@@ -28,6 +28,7 @@ from plunder import errors, payload
 from plunder.model import SUSPECT_LOSSES
 from plunder.store import queries
 from plunder.store.driver import CLAIM_LEVELS, Claimed, Row, Tx
+from plunder.store.sqlite import adapted
 from plunder.store.sqlite.files import check_local, parse_url
 from plunder.store.sqlite.notifications import SqliteNotifications
 from plunder.store.sqlite.tx import CallerTx, SqliteTx
@@ -186,6 +187,8 @@ class SqliteDriver:
         in autocommit, in a transaction of its own there. On one in sqlite3's default mode
         with none open yet, in the transaction it would have begun at our first write:
         begun here, and left open for the caller to commit or roll back."""
+        if adapted.is_adapted(conn):  # an async SQLAlchemy connection's, in its run_sync
+            conn = adapted.SqliteView(conn)
         tx = self._caller_tx(conn)
         if not conn.in_transaction and _autocommits(conn):
             with self.transaction_on(conn) as own:
@@ -198,9 +201,9 @@ class SqliteDriver:
         yield tx
 
     def _caller_tx(self, conn: Any) -> SqliteTx:
-        if not isinstance(conn, sqlite3.Connection):
+        if not isinstance(conn, sqlite3.Connection | adapted.SqliteView):
             raise TypeError(f"conn must be a sqlite3.Connection, not {type(conn).__name__}")
-        return CallerTx(conn, self.queries)
+        return CallerTx(conn, self.queries)  # type: ignore[arg-type]  # a view acts as one
 
     def task_transaction(self) -> AbstractContextManager[SqliteTx]:
         return self.transaction(write=True)

@@ -3,8 +3,10 @@ database cloned per test, and real SQLite files."""
 
 from __future__ import annotations
 
+import compileall
 import itertools
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,17 @@ from tests.support import pgcluster
 
 BACKENDS = ["sqlite", "postgres"]
 _counter = itertools.count()
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Byte-compile the checkout once, before any test starts a process: where
+    PYTHONDONTWRITEBYTECODE is set, each worker or command the tests start would compile
+    plunder's modules again (a quarter of a second per process)."""
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
+        return
+    for folder in ("src", "bench", "tests", "examples"):
+        compileall.compile_dir(ROOT / folder, quiet=1, rx=re.compile(r"[/\\]\.venv[/\\]"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

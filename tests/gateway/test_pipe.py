@@ -1,8 +1,8 @@
 """A remote worker's turns sent ahead through a real gateway process (HttpPipe): several
 exchanges in flight at once, each on an HTTP connection of its own; a claim sent ahead
-never waits at the gateway; a connection the gateway closed loses no turn; a gateway
-killed with turns in flight fails them over; remote workers drain every job once; TLS
-checked as the Client checks it."""
+never waits at the gateway, an idle worker's results ride its long-poll; a connection the
+gateway closed loses no turn; a gateway killed with turns in flight fails them over;
+remote workers drain every job once; TLS checked as the Client checks it."""
 
 from __future__ import annotations
 
@@ -101,7 +101,10 @@ def test_a_claim_sent_ahead_never_waits_at_the_gateway(link: HttpLink) -> None:
     assert time.monotonic() - began - waited < 1.0  # the second did not
 
 
-def test_a_claim_with_results_never_waits_at_the_gateway(link: HttpLink, store: Store) -> None:
+def test_an_idle_workers_results_ride_its_long_poll(link: HttpLink, store: Store) -> None:
+    """A turn alone with results may wait for work: its results are written before the
+    wait (others see them at once), their acknowledgement comes with the answer, which a
+    new job brings before the wait ends."""
     session = link.open(hello())
     pipe = link.pipe()
     enqueue(store, 1)
@@ -109,9 +112,14 @@ def test_a_claim_with_results_never_waits_at_the_gateway(link: HttpLink, store: 
     (job,) = pipe.receive().jobs()
     began = time.monotonic()
     send(pipe, session.id, [job], wait=20.0)
+    wait_for(lambda: store.job_get(job.id).status is Status.SUCCEEDED, timeout=10,
+             what="the result written before the wait")  # fmt: skip
+    assert not pipe.answered()  # still waiting for work at the gateway
+    (new,) = enqueue(store, 1)
     answer = pipe.receive()
-    assert time.monotonic() - began < 1.0
-    assert answer.claimed == 0 and answer.settle().accepted == (job.claim,)
+    assert time.monotonic() - began < 10.0  # woken by the new job, not the wait's end
+    assert answer.settle().accepted == (job.claim,)
+    assert [j.id for j in answer.jobs()] == [new]
 
 
 def test_a_lost_session_cuts_the_turn_in_flight(link: HttpLink) -> None:

@@ -6,8 +6,10 @@ remote workers drain every job once; TLS checked as the Client checks it."""
 
 from __future__ import annotations
 
+import http.client
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -16,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -26,7 +29,7 @@ from plunder.model import Completion, JobRecord, JobSpec
 from plunder.states import Status
 from plunder.store import Store
 from plunder.store.http import Client, HttpLink
-from plunder.store.http.pipe import DEPTH, REST, HttpPipe
+from plunder.store.http.pipe import DEPTH, REST, HttpPipe, connect
 from plunder.worker import Worker, WorkerOptions
 from tests.gateway.conftest import Keys
 from tests.gateway.test_chaos import finished_once, stop
@@ -120,6 +123,18 @@ def test_an_idle_workers_results_ride_its_long_poll(link: HttpLink, store: Store
     assert time.monotonic() - began < 10.0  # woken by the new job, not the wait's end
     assert answer.settle().accepted == (job.claim,)
     assert [j.id for j in answer.jobs()] == [new]
+
+
+def test_turns_go_out_with_nagles_algorithm_off(gateway: Gateway) -> None:
+    """http.client sends a request's headers and body apart: with Nagle's algorithm on,
+    the body would wait for the gateway's (maybe delayed) acknowledgement of the headers."""
+    parts = urlsplit(gateway.url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=5)
+    try:
+        connect(conn)
+        assert conn.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        conn.close()
 
 
 def test_a_lost_session_cuts_the_turn_in_flight(link: HttpLink) -> None:

@@ -129,7 +129,8 @@ def test_a_busy_remote_worker_starts_a_delayed_job_when_it_is_due(
 ) -> None:
     """With a job running and a slot free, the worker's waker reads when the next delayed
     job is due and wakes the loop then: not the poll interval (10 s here), nor a
-    notification (none comes when a delay ends)."""
+    notification (none comes when a delay ends). On PostgreSQL only: on SQLite any write
+    (a heartbeat) wakes a watch (data_version), and the turn that follows finds it too."""
     log = tmp_path / "worker.log"
     monkeypatch.setenv("PLUNDER_POLL_INTERVAL", "10")
     worker = remote_worker(gateway, keys.gpu_worker, log, "-c", "2")
@@ -143,7 +144,8 @@ def test_a_busy_remote_worker_starts_a_delayed_job_when_it_is_due(
         record = store.job_get(late.id)
         assert record.started_at is not None
         waited = (record.started_at - record.created_at).total_seconds()
-        assert 0.9 <= waited < 4.0, waited  # when due, give or take a loaded machine
+        # when due, not a watch later (2 s): a loaded machine has 0.9 s for the turn
+        assert 0.9 <= waited < 1.9, waited
         assert long.refresh().status is Status.RUNNING
         assert long.result(timeout=30) == "held"
     finally:

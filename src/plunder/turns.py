@@ -178,6 +178,15 @@ class Turns:
         queues = self._claimed_queues(limit)
         return ClaimRequest(tuple(queues), tuple(self.tasks), limit, take_suspect, wait)
 
+    def due_request(self) -> ClaimRequest:
+        """A claim of nothing, for the next delayed job due (every partition of the
+        queues); it changes no state, so any thread may ask for it."""
+        ownership = self.ownership
+        queues = self.queues
+        if ownership is not None and ownership.partitioned:
+            queues = ownership.everything(queues)
+        return ClaimRequest(tuple(queues), tuple(self.tasks), 0)
+
     def _claimed_queues(self, limit: int) -> list[str]:
         """The worker's queues; where some are partitioned, those it owns first (none to
         claim: ``limit`` 0 reads every partition)."""

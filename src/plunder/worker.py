@@ -270,8 +270,11 @@ class Worker:
             self._services.append(self._thread("janitor", lambda: janitor.run(self._services_stop)))
         if self.link.long_polls:  # wake-ups from the gateway while jobs run
             watch = (self.link, self._slots, self.queues, lambda: self.session)
+            due = self._turns.due_request
             self._services.append(
-                self._thread("waker", lambda: watch_loop(*watch, self._services_stop))
+                self._thread(
+                    "waker", lambda: watch_loop(*watch, self._services_stop, due_request=due)
+                )
             )
         for thread in self._services:
             thread.start()
@@ -340,7 +343,7 @@ class Worker:
         free = free and bool(self.queues)  # none left: nothing to claim
         if free and self.link.long_polls and not self._slots.busy():
             return 0.0  # the exchange itself waits for work, at the far end
-        if free:
+        if free and not self.link.long_polls:  # else the waker reads it (plunder.waker)
             try:
                 due = self.link.next_due(self._turns.request(0))
             except errors.StoreError as exc:

@@ -1,13 +1,15 @@
 """A remote worker's turns sent ahead through a real gateway process (HttpPipe): several
 exchanges in flight at once, each on an HTTP connection of its own; a claim sent ahead
-never waits at the gateway; a connection the gateway closed loses no turn; a gateway
-killed with turns in flight fails them over; remote workers drain every job once; TLS
-checked as the Client checks it."""
+never waits at the gateway, an idle worker's results ride its long-poll; a connection the
+gateway closed loses no turn; a gateway killed with turns in flight fails them over;
+remote workers drain every job once; TLS checked as the Client checks it."""
 
 from __future__ import annotations
 
+import http.client
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -16,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -26,7 +29,7 @@ from plunder.model import Completion, JobRecord, JobSpec
 from plunder.states import Status
 from plunder.store import Store
 from plunder.store.http import Client, HttpLink
-from plunder.store.http.pipe import DEPTH, REST, HttpPipe
+from plunder.store.http.pipe import DEPTH, REST, HttpPipe, connect
 from plunder.worker import Worker, WorkerOptions
 from tests.gateway.conftest import Keys
 from tests.gateway.test_chaos import finished_once, stop
@@ -101,7 +104,10 @@ def test_a_claim_sent_ahead_never_waits_at_the_gateway(link: HttpLink) -> None:
     assert time.monotonic() - began - waited < 1.0  # the second did not
 
 
-def test_a_claim_with_results_never_waits_at_the_gateway(link: HttpLink, store: Store) -> None:
+def test_an_idle_workers_results_ride_its_long_poll(link: HttpLink, store: Store) -> None:
+    """A turn alone with results may wait for work: its results are written before the
+    wait (others see them at once), their acknowledgement comes with the answer, which a
+    new job brings before the wait ends."""
     session = link.open(hello())
     pipe = link.pipe()
     enqueue(store, 1)
@@ -109,9 +115,26 @@ def test_a_claim_with_results_never_waits_at_the_gateway(link: HttpLink, store: 
     (job,) = pipe.receive().jobs()
     began = time.monotonic()
     send(pipe, session.id, [job], wait=20.0)
+    wait_for(lambda: store.job_get(job.id).status is Status.SUCCEEDED, timeout=10,
+             what="the result written before the wait")  # fmt: skip
+    assert not pipe.answered()  # still waiting for work at the gateway
+    (new,) = enqueue(store, 1)
     answer = pipe.receive()
-    assert time.monotonic() - began < 1.0
-    assert answer.claimed == 0 and answer.settle().accepted == (job.claim,)
+    assert time.monotonic() - began < 10.0  # woken by the new job, not the wait's end
+    assert answer.settle().accepted == (job.claim,)
+    assert [j.id for j in answer.jobs()] == [new]
+
+
+def test_turns_go_out_with_nagles_algorithm_off(gateway: Gateway) -> None:
+    """http.client sends a request's headers and body apart: with Nagle's algorithm on,
+    the body would wait for the gateway's (maybe delayed) acknowledgement of the headers."""
+    parts = urlsplit(gateway.url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=5)
+    try:
+        connect(conn)
+        assert conn.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        conn.close()
 
 
 def test_a_lost_session_cuts_the_turn_in_flight(link: HttpLink) -> None:

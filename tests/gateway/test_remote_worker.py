@@ -145,6 +145,41 @@ def test_a_busy_remote_worker_takes_new_work_and_reports_results_at_once(
     assert "Traceback" not in log.read_text()
 
 
+def test_a_busy_remote_worker_starts_a_delayed_job_when_it_is_due(
+    gateway: Gateway,
+    keys: Keys,
+    store: Store,
+    producer: plunder.App,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With a job running and a slot free, the worker's waker reads when the next delayed
+    job is due and wakes the loop then: not the poll interval (10 s here), nor a
+    notification (none comes when a delay ends). On PostgreSQL only: on SQLite any write
+    (a heartbeat) wakes a watch (data_version), and the turn that follows finds it too."""
+    log = tmp_path / "worker.log"
+    monkeypatch.setenv("PLUNDER_POLL_INTERVAL", "10")
+    worker = remote_worker(gateway, keys.gpu_worker, log, "-c", "2")
+    try:
+        serving(store, 1)
+        long = producer.enqueue("hold", [6.0])
+        wait_for(lambda: long.refresh().status is Status.RUNNING, timeout=30, what="a start")
+        time.sleep(0.3)  # busy, one slot free: the waker watches
+        late = producer.enqueue("words", ["late"], delay=1.0)
+        assert late.result(timeout=15) == "LATE"
+        record = store.job_get(late.id)
+        assert record.started_at is not None
+        waited = (record.started_at - record.created_at).total_seconds()
+        # when due, not a watch later (2 s): a loaded machine has 0.9 s for the turn
+        assert 0.9 <= waited < 1.9, waited
+        assert long.refresh().status is Status.RUNNING
+        assert long.result(timeout=30) == "held"
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    assert "Traceback" not in log.read_text()
+
+
 def test_an_idle_remote_worker_stops_within_seconds(
     gateway: Gateway, keys: Keys, store: Store, tmp_path: Path
 ) -> None:

@@ -57,8 +57,8 @@ class HttpLink:
         self, session_id: str, outcomes: Sequence[Outcome], claim: ClaimRequest | None
     ) -> Reply:
         # the worker says how long the gateway may hold it (ClaimRequest.wait); results
-        # sent now are written at once, before any wait
-        wait = claim.wait if claim is not None and claim.limit and not outcomes else 0.0
+        # sent with it are written at once, before any wait
+        wait = claim.wait if claim is not None and claim.limit else 0.0
         data = self.client.call(
             "POST",
             f"/v1/sessions/{session_id}/exchange",

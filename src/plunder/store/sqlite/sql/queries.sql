@@ -123,7 +123,7 @@ LIMIT 1;
 -- read only when :take_suspect is true; the store takes at most one. A job past its
 -- start-by deadline that the janitor has not ended yet is stepped over (a filter on the
 -- row the walk reads anyway), so a burst of them cannot fill :limit and stall the queue.
-SELECT j.id, j.losses, j.priority, j.run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
+SELECT j.id, j.losses, j.priority, j.run_at, j.cost FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
 WHERE j.status = 'pending'
   AND j.queue = :queue
   AND j.priority = :priority
@@ -157,6 +157,8 @@ WHERE j.status = 'pending'
   AND (j.require IS NULL OR NOT EXISTS (
       SELECT 1 FROM json_each('["' || replace(trim(j.require, '{}'), ',', '","') || '"]') AS a
       WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id)))))
+  -- no more slots than this worker has in all: left to a bigger one (migration 23)
+  AND (j.cost = 1 OR j.cost <= (SELECT slots FROM plunder_sessions WHERE id = :session_id))
 ORDER BY j.run_at, j.id
 LIMIT :limit;
 
@@ -165,7 +167,7 @@ LIMIT :limit;
 -- claim order: after CLAIM_LEVELS levels (see SqliteDriver.claim_rows), the rest of a
 -- queue with many levels (a priority used as a score) is walked in one go, the jobs due
 -- later included, rather than with a probe per level. Filters as job_claim_walk.
-SELECT j.id, j.losses, j.priority, j.run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
+SELECT j.id, j.losses, j.priority, j.run_at, j.cost FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
 WHERE j.status = 'pending'
   AND j.queue = :queue
   AND j.priority < :below
@@ -199,6 +201,8 @@ WHERE j.status = 'pending'
   AND (j.require IS NULL OR NOT EXISTS (
       SELECT 1 FROM json_each('["' || replace(trim(j.require, '{}'), ',', '","') || '"]') AS a
       WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id)))))
+  -- no more slots than this worker has in all: left to a bigger one (migration 23)
+  AND (j.cost = 1 OR j.cost <= (SELECT slots FROM plunder_sessions WHERE id = :session_id))
 ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT :limit;
 
@@ -227,8 +231,8 @@ RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts
           retry_on_lost, expires_at, limit_key, affinity, require, cost;
 
 -- name: session_free
--- A labelled session's free slots after its claim (the slots it asked to fill, less what it
--- took), counted by others' claims for 2 s (see migration 22); run in the claim's
+-- A labelled session's free slots after its claim (the slots it asked to fill, less the
+-- costs of what it took), counted by others' claims for 2 s (see migration 22); run in the claim's
 -- transaction.
 UPDATE plunder_sessions SET free_slots = max(:free_slots, 0), free_until = :now + min(expiry, 2.0)
 WHERE id = :session_id AND labels != '[]' AND expires_at > :now;
@@ -435,9 +439,10 @@ LIMIT :limit;
 -- name: session_insert
 -- Its free slots count for claims for 2 s (or its expiry, if shorter): see session_heartbeat.
 INSERT INTO plunder_sessions (id, name, host, pid, queues, expiry, started_at, heartbeat_at,
-                              expires_at, tasks, free_slots, key_id, labels, free_until)
+                              expires_at, tasks, free_slots, key_id, labels, free_until,
+                              slots)
 VALUES (:session_id, :name, :host, :pid, :queues, :expiry, :now, :now, :now + :expiry,
-        :tasks, :free_slots, :key_id, :labels, :now + min(:expiry, 2.0))
+        :tasks, :free_slots, :key_id, :labels, :now + min(:expiry, 2.0), :slots)
 RETURNING *;
 
 -- name: session_heartbeat
@@ -635,12 +640,13 @@ SELECT queue, status, count(*) AS n FROM plunder_jobs GROUP BY queue, status;
 -- Pending jobs that no live session can run, counted by task and queue: no live session
 -- lists both their queue and their task. A read for people, as queue_counts. A
 -- partition's queue ("q~3", migration 14) counts as its queue. Jobs that require labels
--- (migration 22) count apart: they also need a session holding those labels.
-SELECT p.task, p.queue, p.require, p.n FROM (
+-- (migration 22) count apart: they also need a session holding those labels; so do jobs
+-- of several slots (migration 23): they need a session with as many in all.
+SELECT p.task, p.queue, p.require, p.cost, p.n FROM (
     SELECT task, CASE WHEN instr(queue, '~') > 0 THEN substr(queue, 1, instr(queue, '~') - 1)
-                      ELSE queue END AS queue, require, count(*) AS n
+                      ELSE queue END AS queue, require, cost, count(*) AS n
     FROM plunder_jobs
-    WHERE status = 'pending' GROUP BY 1, 2, 3
+    WHERE status = 'pending' GROUP BY 1, 2, 3, 4
 ) AS p
 WHERE NOT EXISTS (
     SELECT 1 FROM plunder_sessions AS s
@@ -649,8 +655,9 @@ WHERE NOT EXISTS (
       AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = p.task)
       AND (p.require IS NULL OR NOT EXISTS (
           SELECT 1 FROM json_each('["' || replace(trim(p.require, '{}'), ',', '","') || '"]') AS a
-          WHERE a.value NOT IN (SELECT value FROM json_each(s.labels)))))
-ORDER BY p.task, p.queue, p.require IS NOT NULL, p.require;
+          WHERE a.value NOT IN (SELECT value FROM json_each(s.labels))))
+      AND p.cost <= s.slots)
+ORDER BY p.task, p.queue, p.require IS NOT NULL, p.require, p.cost;
 
 -- name: queue_oldest_pending
 SELECT queue, :now - min(run_at) AS age FROM plunder_jobs

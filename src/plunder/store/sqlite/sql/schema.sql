@@ -298,3 +298,7 @@ CREATE TABLE plunder_traces (
 ALTER TABLE plunder_jobs ADD COLUMN affinity TEXT;
 ALTER TABLE plunder_jobs ADD COLUMN require TEXT;
 ALTER TABLE plunder_jobs ADD COLUMN cost INTEGER NOT NULL DEFAULT 1 CHECK (cost >= 1);
+
+-- The slots of its worker a session has in all (its -c): a claim skips the jobs costing
+-- more (migration 23; docs/decisions/0019).
+ALTER TABLE plunder_sessions ADD COLUMN slots INTEGER NOT NULL DEFAULT 1000 CHECK (slots >= 1);

@@ -1247,24 +1247,37 @@ ORDER BY g.vtime, g.queue, g.group_name
 LIMIT %(groups)s;
 
 -- name: fair_walk
--- Up to %(limit)s jobs of one group of a fair queue that a claim may take now, oldest due
--- first, locked (rows another claimer holds are skipped): a range of plunder_jobs_fair
--- bounded by `run_at <= now`, so it never reads the other groups' jobs, nor its own due
--- later. Filters as job_claim_many, but for the jobs this session failed (taken again).
-SELECT j.id, j.losses, j.run_at FROM plunder_jobs AS j
+-- Up to %(limit)s jobs of one group of a fair queue that a claim may take now, in claim
+-- order (higher priority first, then oldest due), locked (rows another claimer holds are
+-- skipped): a range of plunder_jobs_fair, which never reads the other groups' jobs (its
+-- own due later, of a higher priority than those due now, are stepped over). Filters as
+-- job_claim_many — labels preferred and required, no more slots than this session has
+-- (migrations 22, 23) — but for the jobs this session failed (taken again).
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
+-- the labelled sessions of this queue with a free slot reported lately, and this one
+h AS (SELECT s.labels, s.tasks FROM plunder_sessions AS s, clock WHERE s.free_until > clock.now
+      AND s.free_slots > 0 AND s.labels <> '{}' AND %(queue)s = ANY(s.queues)),
+m AS (SELECT labels, slots FROM plunder_sessions WHERE id = %(session_id)s)
+SELECT j.id, j.losses, j.priority, j.run_at, j.cost FROM plunder_jobs AS j, clock
 WHERE j.status = 'pending'
   AND j.group_name IS NOT NULL
   AND j.queue = %(queue)s
   AND j.group_name = %(group)s
-  AND j.run_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
-  -- after the last job this claim walked of the group (NULL: from its first)
-  AND (%(after_id)s::bigint IS NULL
-       OR (j.run_at, j.id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint))
+  AND j.run_at <= clock.now
+  -- after the last job this claim walked of the group, in claim order (NULL: from its first)
+  AND (%(after_id)s::bigint IS NULL OR j.priority < %(after_priority)s::int
+       OR (j.priority = %(after_priority)s::int
+           AND (j.run_at, j.id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint)))
   -- not past its start-by deadline (NULL: none)
-  AND (j.expires_at > COALESCE(%(now)s::timestamptz, statement_timestamp())) IS NOT FALSE
+  AND (j.expires_at > clock.now) IS NOT FALSE
   AND j.task = ANY(%(tasks)s::text[])
   AND (j.losses < %(suspect_losses)s OR %(take_suspect)s)
-ORDER BY j.run_at, j.id
+  AND (j.affinity IS NULL OR j.affinity::text[] <@ (SELECT labels FROM m)
+       OR NOT EXISTS (SELECT FROM h WHERE j.task = ANY(h.tasks)
+                      AND j.affinity::text[] || j.require::text[] <@ h.labels))
+  AND (j.require IS NULL OR j.require::text[] <@ (SELECT labels FROM m))
+  AND (j.cost = 1 OR j.cost <= (SELECT slots FROM m))
+ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT %(limit)s
 FOR UPDATE OF j SKIP LOCKED;
 

@@ -894,22 +894,42 @@ ORDER BY g.vtime, g.queue, g.group_name
 LIMIT :groups;
 
 -- name: fair_walk
--- Up to :limit jobs of one group of a fair queue that a claim may take now, oldest due
--- first: a range of plunder_jobs_fair bounded by `run_at <= :now`, so it never reads the
--- other groups' jobs, nor its own due later. Filters as job_claim_walk, but for the jobs
--- this session failed (taken again at once).
-SELECT j.id, j.losses, j.run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_fair
+-- Up to :limit jobs of one group of a fair queue that a claim may take now, in claim order
+-- (higher priority first, then oldest due): a range of plunder_jobs_fair, which never reads
+-- the other groups' jobs (its own due later, of a higher priority than those due now, are
+-- stepped over). Filters as job_claim_walk — labels preferred and required, no more slots
+-- than this session has (migrations 22, 23) — but for the jobs this session failed (taken
+-- again at once).
+SELECT j.id, j.losses, j.priority, j.run_at, j.cost
+FROM plunder_jobs AS j INDEXED BY plunder_jobs_fair
 WHERE j.status = 'pending'
   AND j.group_name IS NOT NULL
   AND j.queue = :queue
   AND j.group_name = :group
   AND j.run_at <= :now
-  -- after the last job this claim walked of the group (NULL: from its first)
-  AND (:after_id IS NULL OR (j.run_at, j.id) > (:after_run_at, :after_id))
+  -- after the last job this claim walked of the group, in claim order (NULL: from its first)
+  AND (:after_id IS NULL OR j.priority < :after_priority
+       OR (j.priority = :after_priority AND (j.run_at, j.id) > (:after_run_at, :after_id)))
   AND (j.expires_at IS NULL OR j.expires_at > :now)  -- not past its start-by deadline
   AND j.task IN (SELECT value FROM json_each(:tasks))
   AND (j.losses < :suspect_losses OR :take_suspect)
-ORDER BY j.run_at, j.id
+  AND (j.affinity IS NULL OR NOT EXISTS (
+      SELECT 1 FROM json_each('["' || replace(trim(j.affinity, '{}'), ',', '","') || '"]') AS a
+      WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id))))
+    OR NOT EXISTS (
+      SELECT 1 FROM plunder_sessions AS s
+      WHERE s.free_until > :now AND s.free_slots > 0 AND s.labels != '[]'
+        AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = j.queue)
+        AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
+        AND NOT EXISTS (
+          SELECT 1 FROM json_each('["' || replace(replace(trim(
+              j.affinity || coalesce(j.require, ''), '{}'), '}{', ','), ',', '","') || '"]') AS a
+          WHERE a.value NOT IN (SELECT value FROM json_each(s.labels)))))
+  AND (j.require IS NULL OR NOT EXISTS (
+      SELECT 1 FROM json_each('["' || replace(trim(j.require, '{}'), ',', '","') || '"]') AS a
+      WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id)))))
+  AND (j.cost = 1 OR j.cost <= (SELECT slots FROM plunder_sessions WHERE id = :session_id))
+ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT :limit;
 
 -- name: fair_advance

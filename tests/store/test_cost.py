@@ -125,3 +125,19 @@ def test_a_cost_out_of_range_is_refused_with_its_name(store: Store, bad: object)
 def test_a_worker_slots_out_of_range_are_refused(store: Store) -> None:
     with pytest.raises(ValueError, match="slots must be a positive integer"):
         session(store, "w", 0)
+
+
+def test_a_preferred_job_is_left_only_to_a_holder_with_its_cost_free(store: Store) -> None:
+    t0 = store.now()
+    session(store, "holder", 4, labels=("model=m",), now=t0)
+    store.session_heartbeat(
+        next(s.id for s in store.session_list() if s.name == "holder"), free_slots=1, now=t0
+    )
+    other = session(store, "other", 4, now=t0)
+    cheap, costly = enqueue(
+        store, JobSpec("t", affinity={"model": "m"}), JobSpec("t", affinity={"model": "m"},
+        cost=2), now=t0,
+    )  # fmt: skip
+    # the holder has 1 slot free: the job of 1 is left to it, the job of 2 is not
+    assert [j.id for j in claim(store, other, limit=4, now=t0)] == [costly.id]
+    assert store.job_get(cheap.id).status.value == "pending"

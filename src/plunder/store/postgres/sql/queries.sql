@@ -216,7 +216,8 @@ picked AS (
                   AND s.free_slots > 0 AND q.name = ANY(s.queues)),
         -- the labelled sessions of this queue with a free slot reported lately (h), and
         -- this session's labels (m): read only for jobs with affinity (migration 22)
-        h AS (SELECT s.labels, s.tasks FROM plunder_sessions s WHERE s.free_until > clock.now
+        h AS (SELECT s.labels, s.tasks, s.free_slots FROM plunder_sessions s
+              WHERE s.free_until > clock.now
               AND s.free_slots > 0 AND s.labels <> '{}' AND q.name = ANY(s.queues)),
         m AS (SELECT labels FROM plunder_sessions WHERE id = %(session_id)s),
         -- this session's slots in all, read only for jobs of several (migration 23)
@@ -236,9 +237,10 @@ picked AS (
               AND NOT (j.failed_sessions <> '{}' AND %(session_id)s = ANY(j.failed_sessions)
                   AND EXISTS (SELECT FROM peers p
                               WHERE j.task = ANY(p.tasks) AND p.id <> ALL(j.failed_sessions)))
-              -- preferred labels: held here, or by no free holder; required: held here
+              -- preferred: held here, or by no holder with its cost free; required: here
               AND (j.affinity IS NULL OR j.affinity::text[] <@ (TABLE m)
                    OR NOT EXISTS (SELECT FROM h WHERE j.task = ANY(h.tasks)
+                                  AND h.free_slots >= j.cost
                                   AND j.affinity::text[] || j.require::text[] <@ h.labels))
               AND (j.require IS NULL OR j.require::text[] <@ (TABLE m))
               -- no more slots than this worker has: left to a bigger one
@@ -262,9 +264,10 @@ picked AS (
               AND NOT (j.failed_sessions <> '{}' AND %(session_id)s = ANY(j.failed_sessions)
                   AND EXISTS (SELECT FROM peers p
                               WHERE j.task = ANY(p.tasks) AND p.id <> ALL(j.failed_sessions)))
-              -- preferred labels: held here, or by no free holder; required: held here
+              -- preferred: held here, or by no holder with its cost free; required: here
               AND (j.affinity IS NULL OR j.affinity::text[] <@ (TABLE m)
                    OR NOT EXISTS (SELECT FROM h WHERE j.task = ANY(h.tasks)
+                                  AND h.free_slots >= j.cost
                                   AND j.affinity::text[] || j.require::text[] <@ h.labels))
               AND (j.require IS NULL OR j.require::text[] <@ (TABLE m))
               -- no more slots than this worker has: left to a bigger one
@@ -1255,7 +1258,8 @@ LIMIT %(groups)s;
 -- (migrations 22, 23) — but for the jobs this session failed (taken again).
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 -- the labelled sessions of this queue with a free slot reported lately, and this one
-h AS (SELECT s.labels, s.tasks FROM plunder_sessions AS s, clock WHERE s.free_until > clock.now
+h AS (SELECT s.labels, s.tasks, s.free_slots FROM plunder_sessions AS s, clock
+      WHERE s.free_until > clock.now
       AND s.free_slots > 0 AND s.labels <> '{}' AND %(queue)s = ANY(s.queues)),
 m AS (SELECT labels, slots FROM plunder_sessions WHERE id = %(session_id)s)
 SELECT j.id, j.losses, j.priority, j.run_at, j.cost FROM plunder_jobs AS j, clock
@@ -1273,7 +1277,7 @@ WHERE j.status = 'pending'
   AND j.task = ANY(%(tasks)s::text[])
   AND (j.losses < %(suspect_losses)s OR %(take_suspect)s)
   AND (j.affinity IS NULL OR j.affinity::text[] <@ (SELECT labels FROM m)
-       OR NOT EXISTS (SELECT FROM h WHERE j.task = ANY(h.tasks)
+       OR NOT EXISTS (SELECT FROM h WHERE j.task = ANY(h.tasks) AND h.free_slots >= j.cost
                       AND j.affinity::text[] || j.require::text[] <@ h.labels))
   AND (j.require IS NULL OR j.require::text[] <@ (SELECT labels FROM m))
   AND (j.cost = 1 OR j.cost <= (SELECT slots FROM m))

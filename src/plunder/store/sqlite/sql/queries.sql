@@ -140,14 +140,14 @@ WHERE j.status = 'pending'
             AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = j.queue)
             AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
             AND s.id NOT IN (SELECT f.value FROM json_each(j.failed_sessions) AS f)))
-  -- preferred labels: held here, or by no labelled session of the queue with a free slot
-  -- reported lately (migration 22); required labels: held here
+  -- preferred labels: held here, or by no labelled session of the queue with its cost in
+  -- free slots reported lately (migrations 22, 23); required labels: held here
   AND (j.affinity IS NULL OR NOT EXISTS (
       SELECT 1 FROM json_each('["' || replace(trim(j.affinity, '{}'), ',', '","') || '"]') AS a
       WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id))))
     OR NOT EXISTS (
       SELECT 1 FROM plunder_sessions AS s
-      WHERE s.free_until > :now AND s.free_slots > 0 AND s.labels != '[]'
+      WHERE s.free_until > :now AND s.free_slots >= j.cost AND s.labels != '[]'
         AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = j.queue)
         AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
         AND NOT EXISTS (
@@ -184,14 +184,14 @@ WHERE j.status = 'pending'
             AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = j.queue)
             AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
             AND s.id NOT IN (SELECT f.value FROM json_each(j.failed_sessions) AS f)))
-  -- preferred labels: held here, or by no labelled session of the queue with a free slot
-  -- reported lately (migration 22); required labels: held here
+  -- preferred labels: held here, or by no labelled session of the queue with its cost in
+  -- free slots reported lately (migrations 22, 23); required labels: held here
   AND (j.affinity IS NULL OR NOT EXISTS (
       SELECT 1 FROM json_each('["' || replace(trim(j.affinity, '{}'), ',', '","') || '"]') AS a
       WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id))))
     OR NOT EXISTS (
       SELECT 1 FROM plunder_sessions AS s
-      WHERE s.free_until > :now AND s.free_slots > 0 AND s.labels != '[]'
+      WHERE s.free_until > :now AND s.free_slots >= j.cost AND s.labels != '[]'
         AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = j.queue)
         AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
         AND NOT EXISTS (
@@ -918,7 +918,7 @@ WHERE j.status = 'pending'
       WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id))))
     OR NOT EXISTS (
       SELECT 1 FROM plunder_sessions AS s
-      WHERE s.free_until > :now AND s.free_slots > 0 AND s.labels != '[]'
+      WHERE s.free_until > :now AND s.free_slots >= j.cost AND s.labels != '[]'
         AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = j.queue)
         AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
         AND NOT EXISTS (

@@ -347,8 +347,9 @@ class Worker:
                 due = None
             if due is not None and due <= 0 and not self._looked_again:
                 # due now, though the claim just before took nothing: it may have come due
-                # in between, so claim once more at once
-                self._looked_again = True
+                # in between, or cost more than the share a turn offers: claim once more at
+                # once, offering every free slot
+                self._looked_again = self._turns.wide = True
                 return 0.0
             self._looked_again = self._turns.wide = due is not None and due <= 0
             if due is not None and due > 0:  # a delayed job or retry: wake when it is due

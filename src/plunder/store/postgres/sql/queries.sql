@@ -1269,9 +1269,9 @@ WHERE j.status = 'pending'
   AND j.group_name = %(group)s
   AND j.run_at <= clock.now
   -- after the last job this claim walked of the group, in claim order (NULL: from its first)
-  AND (%(after_id)s::bigint IS NULL OR j.priority < %(after_priority)s::int
-       OR (j.priority = %(after_priority)s::int
-           AND (j.run_at, j.id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint)))
+  AND (%(after_id)s::bigint IS NULL
+       OR (-j.priority, j.run_at, j.id)
+          > (-%(after_priority)s::int, %(after_run_at)s::timestamptz, %(after_id)s::bigint))
   -- not past its start-by deadline (NULL: none)
   AND (j.expires_at > clock.now) IS NOT FALSE
   AND j.task = ANY(%(tasks)s::text[])
@@ -1281,7 +1281,8 @@ WHERE j.status = 'pending'
                       AND j.affinity::text[] || j.require::text[] <@ h.labels))
   AND (j.require IS NULL OR j.require::text[] <@ (SELECT labels FROM m))
   AND (j.cost = 1 OR j.cost <= (SELECT slots FROM m))
-ORDER BY j.priority DESC, j.run_at, j.id
+-- -priority: the order of plunder_jobs_fair alone (migration 23)
+ORDER BY -j.priority, j.run_at, j.id
 LIMIT %(limit)s
 FOR UPDATE OF j SKIP LOCKED;
 

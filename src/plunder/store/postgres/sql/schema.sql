@@ -195,9 +195,9 @@ CREATE INDEX plunder_partition_owners_session ON plunder_partition_owners (sessi
 -- Fair queues (migration 21; docs/decisions/0012-fair-queues.md): a job's group (a
 -- tenant) in group_name; a fair queue's claims take its groups in turn, by virtual time,
 -- reading each group's due jobs on plunder_jobs_fair (only jobs with a group are in it),
--- in claim order (priority first: migration 23).
+-- in claim order (priority first, as -priority: migration 23).
 ALTER TABLE plunder_jobs ADD COLUMN group_name TEXT;
-CREATE INDEX plunder_jobs_fair ON plunder_jobs (queue, group_name, priority DESC, run_at, id)
+CREATE INDEX plunder_jobs_fair ON plunder_jobs (queue, group_name, (-priority), run_at, id)
     WHERE status = 'pending' AND group_name IS NOT NULL;
 -- A fair queue and the weight of each group named (1 for the others).
 CREATE TABLE plunder_fair_queues (

@@ -5,7 +5,9 @@
 -- cost a job may have.
 ALTER TABLE plunder_sessions ADD COLUMN slots INTEGER NOT NULL DEFAULT 1000 CHECK (slots >= 1);
 -- Fair queues: a group's jobs are claimed in claim order, higher priority first, so the
--- index that walks one group holds its jobs in that order.
+-- index that walks one group holds its jobs in that order. By -priority, an expression
+-- that plunder_jobs_claim (priority DESC) cannot give: a generic plan that could order
+-- by either index took that one and read the other groups' jobs to find this group's.
 DROP INDEX plunder_jobs_fair;
-CREATE INDEX plunder_jobs_fair ON plunder_jobs (queue, group_name, priority DESC, run_at, id)
+CREATE INDEX plunder_jobs_fair ON plunder_jobs (queue, group_name, (-priority), run_at, id)
     WHERE status = 'pending' AND group_name IS NOT NULL;

@@ -49,6 +49,9 @@ Scenarios:
     parent's acknowledgement (finished_at) to its first line, beside plain enqueue→first
     line in the same run; a fan-out and fan-in of 10,000 jobs (1,000 with --quick), its
     jobs/s and its one enqueue's time. Run only when named, ``--scenarios 15``
+ 17 slot cost: 2 workers (-c 8), a shuffled burst of jobs of cost 1, 2, 4 and 8: the share
+    of the slots they held (sum of cost x duration / slots x wall), the most held at once,
+    and the longest wait of a job of 8 beside one of 1. Run only when named, ``--scenarios 17``
  13 affinity: 4 workers (-c 2), 2 holding label A; a burst of jobs preferring A: the share
     run on holders while one had a free slot, and, all holders busy, a preferred job's
     enqueue→first line against a plain one's. Run only when named, ``--scenarios 13``
@@ -96,6 +99,7 @@ MEASUREMENTS: dict[str, tuple[str, dict[str, Any]]] = {
     "ordered": ("ordered", {}),
     "flows": ("flows", {}),
     "affinity": ("affinity", {"workers": 4}),
+    "cost": ("cost", {"workers": 2}),
 }
 PG_SCENARIOS = {
     "1": ["enqueue"],
@@ -134,6 +138,7 @@ AFFINITY_SCENARIO = {"13": ["affinity"]}
 FAIRNESS_SCENARIO = {"14": ["fairness"]}
 FLOWS_SCENARIO = {"15": ["flows"]}
 ORDERED_SCENARIO = {"16": ["ordered"]}
+COST_SCENARIO = {"17": ["cost"]}
 # too long for every run: only when --scenarios names them
 NAMED_ONLY = frozenset(
     FLEET_SCENARIO
@@ -143,6 +148,7 @@ NAMED_ONLY = frozenset(
     | FAIRNESS_SCENARIO
     | FLOWS_SCENARIO
     | ORDERED_SCENARIO
+    | COST_SCENARIO
 )
 SERIAL = "-c 100 --depth 1"
 SYSTEMS = {
@@ -160,7 +166,8 @@ SYSTEMS = {
             | AFFINITY_SCENARIO
             | FAIRNESS_SCENARIO
             | FLOWS_SCENARIO
-            | ORDERED_SCENARIO,
+            | ORDERED_SCENARIO
+            | COST_SCENARIO,
             "production defaults (fencing, run history, wake-ups, session expiry 5 s, "
             "janitor 1 s); worker `-c 300` (turns sent ahead, each claiming up to 100, a "
             "third of the slots); scenario 8 with `-c 8`, tasks on threads; scenario 9 "

@@ -38,6 +38,9 @@ MEDIAN_KEYS = (
     "rate_alone",
     "rate_unlimited",
     "ratio",
+    "utilisation",
+    "wait_max_cost8_ms",
+    "wait_max_cost1_ms",
     "share",
     "on_holders",
     "elsewhere",
@@ -78,6 +81,7 @@ COLUMNS = [
     ("ordered", "ordered keys, 4 procs -c 50: jobs/s ordered / unordered, ×, overlaps"),
     ("flows", "workflows: ack→child p50/p99, beside enqueue→first line p50/p99 (ms); fan jobs/s"),
     ("affinity", "affinity: share on holders while free; preferred / plain wait (ms)"),
+    ("cost", "slot cost, 2 procs -c 8: utilisation, most at once, max wait cost 8 / 1 (ms)"),
 ]
 LATENCIES = ("latency", "first_line")
 FLEET_PREFIX = "fleet_"  # fleet_1 … fleet_16: scenario 9, one measurement per process count
@@ -190,6 +194,11 @@ def cell(m: dict[str, Any] | None, measurement: str) -> str:
         return (
             f"{m['child_p50']:.1f}/{m['child_p99']:.1f} beside "
             f"{m['plain_p50']:.1f}/{m['plain_p99']:.1f}; {m['rate']:,.0f}"
+        )
+    if measurement == "cost":
+        return (
+            f"{m['utilisation']:.0%}, {m['most_at_once']:.0f}, "
+            f"{m['wait_max_cost8_ms']:.0f} / {m['wait_max_cost1_ms']:.0f}"
         )
     if measurement == "affinity":
         return (

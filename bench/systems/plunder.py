@@ -275,6 +275,13 @@ def affinity(p: Params) -> dict[str, Any]:
     return plunder_affinity.affinity(p)
 
 
+def cost(p: Params) -> dict[str, Any]:
+    """Scenario 17 (bench.systems.plunder_cost): jobs of mixed slot cost on 2 workers."""
+    from bench.systems import plunder_cost
+
+    return plunder_cost.cost(p)
+
+
 def rebalance(p: Params) -> dict[str, Any]:
     """Scenario 12 (bench.systems.plunder_partitions): owners of a partitioned queue
     killed and added while jobs stream in."""
@@ -423,4 +430,5 @@ SCENARIOS = {
     "fleet": fleet,
     "rebalance": rebalance,
     "affinity": affinity,
+    "cost": cost,
 }

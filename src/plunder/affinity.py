@@ -7,7 +7,10 @@ for one). Both are stored as one text in PostgreSQL's array literal form,
 ``{gpu=a100,model=llama3-70b}`` (sorted; NULL: none), which PostgreSQL casts to text[] and
 SQLite takes apart; the characters a label may have make that literal need no quoting.
 
-A job's ``cost``, the slots it would take, is stored; only 1 is accepted so far.
+A job's ``cost`` is the slots of its worker it takes while it runs (docs/guide/routing.md,
+decision 0019): a claim takes jobs in claim order while their costs fit the slots it
+offers, stops at the first that does not, and skips those costing more than the worker
+has in all (its session's ``slots``).
 """
 
 from __future__ import annotations
@@ -71,10 +74,22 @@ def of_stored(text: str | None) -> dict[str, str]:
 
 
 def cost(value: Any) -> int:
-    """A job's slots: 1 for now. The column is there; claims by free capacity are not, so
-    a larger cost is refused rather than stored and ignored."""
+    """A job's slots, checked: 1 to MAX_COST."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COST:
         raise ValueError(f"cost must be an integer from 1 to {MAX_COST}, not {value!r}")
-    if value != 1:
-        raise ValueError(f"cost {value}: jobs of more than one slot are not supported yet")
     return value
+
+
+def capacity(slots: Any) -> int:
+    """A session's slots in all as its row holds them: None (not said) is MAX_COST, which
+    every job fits; more than that counts as MAX_COST too."""
+    if slots is None:
+        return MAX_COST
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+        raise ValueError(f"a worker's slots must be a positive integer, not {slots!r}")
+    return min(slots, MAX_COST)
+
+
+def taken(jobs: Iterable[Any]) -> int:
+    """The slots these jobs take: the sum of their costs."""
+    return sum(job.cost for job in jobs)

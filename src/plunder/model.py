@@ -366,9 +366,8 @@ class Session:
 
 @dataclass(frozen=True, slots=True)
 class TaskInfo:
-    """A task as a worker publishes it when its session opens: its queue, its pool and
-    its other enqueue options (JSON values by option name). What an enqueue by name takes
-    in a process that does not have the task's code."""
+    """A task as a worker publishes it when its session opens: its queue, pool and other
+    enqueue options (JSON values by name), which an enqueue by name takes without its code."""
 
     name: str
     queue: str
@@ -386,6 +385,7 @@ class Unrunnable:
     queue: str
     pending: int
     require: str | None = None  # labels they require, which no live worker holds
+    cost: int = 1  # their slots each: more than a live worker has, unless 1
 
 
 @dataclass(frozen=True, slots=True)

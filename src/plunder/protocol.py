@@ -62,6 +62,7 @@ class Hello:
     expiry: float  # seconds without a heartbeat after which the session is gone
     free_slots: int = 0
     labels: tuple[str, ...] = ()  # key=value (plunder.affinity)
+    slots: int | None = None  # its slots in all (-c): a job costing more is left to others
 
 
 @dataclass(frozen=True, slots=True)

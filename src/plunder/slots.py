@@ -9,10 +9,10 @@ waiting to be sent.
  enforce_deadlines() ───▶ a job past its timeout is stopped, failed as timed out
 ```
 
-A slot is taken from the start of a job until its task has returned: a job stopped
-(cancelled, timed out, its session lost) keeps its slot while its thread or child still
-runs (plunder.stopping). Only the worker's main thread starts, collects and forgets; the
-heartbeat's thread reads the running claims and stops tasks.
+A job takes as many slots as it costs (``cost``, decision 0019), from its start until its
+task has returned: a job stopped (cancelled, timed out, its session lost) keeps them while
+its thread or child still runs (plunder.stopping). Only the worker's main thread starts,
+collects and forgets; the heartbeat's thread reads the running claims and stops tasks.
 """
 
 from __future__ import annotations
@@ -100,6 +100,7 @@ class Slots:
         self._processes = ProcessRunner(self.outcomes, size=concurrency)
         self._lock = threading.Lock()
         self._running: dict[int, Handle] = {}
+        self._taken = 0  # the slots of the running jobs: the sum of their costs
         self._stopping = Stopping()  # stopped, not returned yet: each holds its slot
         self._deadlines: dict[int, float] = {}  # job id: time.monotonic() of its timeout
         self._suspects = 0  # suspects among the running
@@ -109,8 +110,9 @@ class Slots:
 
     # -- what is taken ----------------------------------------------------------------------
     def busy(self) -> int:
-        """The slots taken: by running jobs, and by stopped ones not returned yet."""
-        return len(self._running) + self._stopping.count
+        """The slots taken: by running jobs, and by stopped ones not returned yet, each
+        its cost."""
+        return self._taken + self._stopping.count
 
     def free(self) -> int:
         return max(0, self.concurrency - self.busy())
@@ -148,6 +150,7 @@ class Slots:
         with self._lock:
             for handle in handles:
                 self._running[handle.job.id] = handle
+                self._taken += handle.job.cost
         self.limited.update((j.id, j.limit_key) for j in jobs if j.limit_key is not None)
         for handle in handles:
             handle.ctx.labels = self.labels
@@ -237,6 +240,7 @@ class Slots:
             ended = [(h, o) for h, o in ended if running.get(h.job.id) is h]
             for handle, _ in ended:
                 del running[handle.job.id]
+                self._taken -= handle.job.cost
         for handle, outcome in ended:
             self._forgotten(handle)
             handle.flush_stream()
@@ -266,6 +270,8 @@ class Slots:
         the task returns."""
         with self._lock:
             handle = self._running.pop(job_id, None)
+            if handle is not None:
+                self._taken -= handle.job.cost
         if handle is None:
             self._deadlines.pop(job_id, None)
         else:
@@ -317,6 +323,7 @@ class Slots:
             handles = list(self._running.values())
             if forget:
                 self._running.clear()
+                self._taken = 0
         for handle in handles:
             self.stop(handle, reason)
         if forget:

@@ -49,17 +49,21 @@ class Stopping:
     def __init__(self, grace: float | None = None) -> None:
         self.grace = STOP_GRACE if grace is None else grace
         self._stopped: dict[tuple[int, int], _Stopped] = {}
+        self._taken = 0  # the sum of their costs, read from any thread
 
     @property
     def count(self) -> int:
-        """The slots they take."""
-        return len(self._stopped)
+        """The slots they take (a job takes its cost)."""
+        return self._taken
 
     def add(self, handle: Handle, now: float | None = None) -> None:
         """``handle``'s job was stopped and taken out of the running ones: its slot stays
         taken until its outcome arrives (``returned``)."""
         at = time.monotonic() if now is None else now
-        self._stopped[(handle.job.id, handle.job.attempt)] = _Stopped(handle, at)
+        key = (handle.job.id, handle.job.attempt)
+        if key not in self._stopped:
+            self._taken += handle.job.cost
+        self._stopped[key] = _Stopped(handle, at)
 
     def returned(self, job_id: int, attempt: int) -> bool:
         """The outcome of a stopped job arrived (it returned, raised, or its child died):
@@ -67,6 +71,7 @@ class Stopping:
         stopped = self._stopped.pop((job_id, attempt), None)
         if stopped is None:
             return False
+        self._taken -= stopped.handle.job.cost
         if stopped.reported:
             log.warning(
                 "job %d attempt %d (%s) returned %.1fs after it was stopped; its slot is free",

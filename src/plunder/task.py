@@ -66,7 +66,7 @@ class Options:
     | `group` | its group (a tenant): a fair queue's claims take groups in turn | `None` |
     | `affinity` | labels preferred: a free holder first, else any worker at once | `None` |
     | `require` | labels required: only a worker holding them all runs it | `None` |
-    | `cost` | slots of its worker it takes (only 1 so far) | `1` |
+    | `cost` | slots of its worker it takes while it runs | `1` |
 
     A lost attempt that is not retried ends the job ``timed_out`` (as a lost last attempt
     always has), with a ``plunder.WorkerLost`` error naming the session: nothing whose

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from plunder import errors, tally, tracing
+from plunder import affinity, errors, tally, tracing
 from plunder.acker import ACK_BATCH, Acker
 from plunder.model import AckResult, Completion, Failure, Session
 from plunder.ownership import Ownership
@@ -93,6 +93,9 @@ class Turns:
         # it, recorded once it went out (see read; one per slot again)
         self.ack_batch = max(ACK_BATCH, 2 * slots.concurrency)
         self.more = False  # the last turn claimed all it asked for: more may wait
+        # a job due now was left by the last claim (it may cost more than a share: decision
+        # 0019): the next turn sent offers every slot free, not a share
+        self.wide = False
         self.ownership = ownership
         self.asked_own = False  # the last claim named only the partitions owned
         self.steal = False  # it came back empty: the next claims from every partition
@@ -228,7 +231,7 @@ class Turns:
         del self.outbox.failures[: len(failed)]
         self._counted(reply.completed, "succeeded")
         self._counted(reply.failed, "failed")
-        self.more = free > 0 and len(reply.claimed) == free
+        self.more = free > 0 and affinity.taken(reply.claimed) == free
         return self._claimed(self._started(reply.claimed))
 
     def _started(self, jobs: Any) -> int:
@@ -270,7 +273,8 @@ class Turns:
             return False
         if not self.queues:  # it left every queue (plunder.membership): nothing to claim
             return False
-        limit = min(free - pipe.claiming, self.share())
+        room = free - pipe.claiming
+        limit = room if self.wide else min(room, self.share())
         if limit <= 0:
             return False
         done = self.outbox.completions[: self.ack_batch]
@@ -295,6 +299,7 @@ class Turns:
             self.outbox.completions[:0] = pipe.close()
             return False
         del self.outbox.completions[: len(done)]
+        self.wide = False
         return True
 
     def send_ahead(self) -> None:
@@ -356,7 +361,8 @@ class Turns:
         slots = self.slots
         finished = slots.ready()
         try:
-            ended = sum(1 for o in finished if slots.current(o) is not None)
+            ended = sum(h.job.cost for h in map(slots.current, finished) if h is not None)
+            # full: as many jobs as slots asked for, so each costs one and they take as many
             waiting = 0 if started else answer.claimed
             free = slots.concurrency - slots.busy() + ended - waiting
             # a turn that could bring a suspect may have: the next may not, before it runs

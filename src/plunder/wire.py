@@ -190,6 +190,7 @@ def hello_out(hello: Hello) -> dict[str, Any]:
         "expiry": hello.expiry,
         "free_slots": hello.free_slots,
         **({"labels": list(hello.labels)} if hello.labels else {}),  # an older gateway refuses it
+        **({"slots": hello.slots} if hello.slots is not None else {}),
     }
 
 
@@ -204,6 +205,7 @@ def hello_in(data: Any) -> Hello:
         expiry=f.take("expiry", float),
         free_slots=f.take("free_slots", int, 0),
         labels=f.strings("labels", ()),
+        slots=f.take("slots", int, None),
     )
     f.done()
     return hello

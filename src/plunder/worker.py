@@ -247,6 +247,7 @@ class Worker:
             expiry=self.deadlines.session_expiry,
             free_slots=self._free_slots(),
             labels=self.labels.held(),
+            slots=self.options.concurrency,
         )
 
     def _start_services(self) -> None:
@@ -351,10 +352,11 @@ class Worker:
                 due = None
             if due is not None and due <= 0 and not self._looked_again:
                 # due now, though the claim just before took nothing: it may have come due
-                # in between, so claim once more at once
-                self._looked_again = True
+                # in between, or cost more than the share a turn offers: claim once more at
+                # once, offering every free slot
+                self._looked_again = self._turns.wide = True
                 return 0.0
-            self._looked_again = due is not None and due <= 0
+            self._looked_again = self._turns.wide = due is not None and due <= 0
             if due is not None and due > 0:  # a delayed job or retry: wake when it is due
                 wait = min(wait, max(due, MIN_WAIT))
             # still due now and not claimed: locked by another worker or left to the others

@@ -163,8 +163,8 @@ def test_status_shows_pending_jobs_no_live_worker_can_run(
         assert plunder(store_url, "enqueue", *args).exit_code == 0
     status = json.loads(plunder(store_url, "status", "--json").stdout)
     assert status["unrunnable"] == [
-        {"task": "add", "queue": "nowhere", "pending": 1, "require": None},
-        {"task": "nobody.runs", "queue": "default", "pending": 2, "require": None},
+        {"task": "add", "queue": "nowhere", "pending": 1, "require": None, "cost": 1},
+        {"task": "nobody.runs", "queue": "default", "pending": 2, "require": None, "cost": 1},
     ]
     human = plunder(store_url, "status")
     assert human.exit_code == 0 and "no live worker can run" in human.stdout

@@ -75,10 +75,6 @@ def test_bad_labels_and_affinity_are_refused_with_their_name(store: Store) -> No
         store.job_enqueue_many([JobSpec("t", require={"model": "a,b"})])
 
 
-def test_a_cost_other_than_one_is_refused_not_ignored(store: Store) -> None:
-    (job,) = store.job_enqueue_many([JobSpec("t", cost=1)])
-    assert job.cost == 1 and store.job_get(job.id).cost == 1
-    with pytest.raises(ValueError, match="more than one slot are not supported yet"):
-        store.job_enqueue_many([JobSpec("t", cost=4)])
-    with pytest.raises(ValueError, match="cost must be an integer"):
-        store.job_enqueue_many([JobSpec("t", cost=0)])
+def test_a_job_keeps_its_cost(store: Store) -> None:
+    (job,) = store.job_enqueue_many([JobSpec("t", cost=4)])
+    assert job.cost == 4 and store.job_get(job.id).cost == 4

@@ -256,8 +256,10 @@ def test_postgres_queries_as_sent_fit_psycopg_query_cache() -> None:
 
 
 # The turn in one statement, past the cache since affinity (docs/decisions/0014): a worker
-# sends it through its pipe, prepared once, where no conversion is made per execution.
-OVER_THE_CACHE = {"job_exchange"}
+# sends it through its pipe, prepared once, where no conversion is made per execution. The
+# claim alone, past it since slot cost (docs/decisions/0019), is a worker's at depth 1 only;
+# job_claim_steps is a fragment of both, never sent alone.
+OVER_THE_CACHE = {"job_exchange", "job_claim_many", "job_claim_steps"}
 
 
 def _tokens(sql: str) -> list[str]:

@@ -325,3 +325,12 @@ def load_model(ctx: plunder.Context, model: str) -> int:
 def unload_model(ctx: plunder.Context) -> int:
     ctx.remove_label("model")
     return os.getpid()
+
+
+@app.task(name="span")
+def span(seconds: float = 0.0) -> list[float]:
+    """The worker process that ran it, and when it started and ended (time.time(): one
+    clock for every process on the machine), after ``seconds``."""
+    started = time.time()
+    time.sleep(seconds)
+    return [os.getpid(), started, time.time()]

@@ -111,6 +111,8 @@ def _unrunnable_table(rows: list[Unrunnable]) -> Table:
     for column in ("task", "queue", "requires", "pending"):
         table.add_column(column, justify="right" if column == "pending" else "left")
     for row in rows:
-        requires = literal(row.require.strip("{}")) if row.require else ""
-        table.add_row(literal(row.task), literal(row.queue), requires, str(row.pending))
+        requires = row.require.strip("{}") if row.require else ""
+        if row.cost > 1:  # more slots than any live worker of theirs has
+            requires = ", ".join(filter(None, [requires, f"{row.cost} slots"]))
+        table.add_row(literal(row.task), literal(row.queue), literal(requires), str(row.pending))
     return table

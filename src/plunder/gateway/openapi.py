@@ -45,7 +45,7 @@ _SPEC = _object(
 _HELLO = _object(["name", "host", "pid", "queues", "tasks", "expiry"], name=_STR, host=_STR,
                  pid=_INT, queues=_STRS, tasks={"type": "array", "items": _TASK},
                  expiry={"type": "number", "exclusiveMinimum": 0}, free_slots=_INT,
-                 labels=_STRS)  # fmt: skip
+                 labels=_STRS, slots=_INT)  # fmt: skip
 
 BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("/v1/sessions", "post"): _HELLO,

@@ -81,6 +81,7 @@ async def open_session(gateway: Gateway, request: Request) -> Response:
             free_slots=hello.free_slots,
             key_id=key.id,
             labels=hello.labels,
+            slots=hello.slots,
         )
     )
     gateway.remember(session.id, key.id)

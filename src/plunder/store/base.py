@@ -284,10 +284,12 @@ class Store(Features, Protocol):
         key_id: str | None = None,
         labels: Sequence[str] = (),
         now: Now = None,
+        slots: int | None = None,
     ) -> Session:
         """A live session serving ``queues`` and ``tasks`` with ``free_slots`` and
         ``labels``; the tasks published (:meth:`task_get`) in the same transaction, each
-        replacing what was published under its name. ``key_id``: its gateway's API key."""
+        replacing what was published under its name. ``key_id``: its gateway's API key.
+        ``slots``: its worker's in all; its claims skip jobs costing more (None: none)."""
         ...
 
     def session_heartbeat(

@@ -8,8 +8,9 @@ Each group of a fair queue with pending jobs has a row with a *virtual time*. A 
  fair_turn   the next few groups, lowest virtual time first (plunder_fair_groups_turn)
    ─▶ shares   group g's i-th job is due at vtime_g + i / weight_g: the `limit` first of
                those say how many each group gets
-   ─▶ fair_walk  each group's share of its due jobs, oldest first, on plunder_jobs_fair
-               (an index range of that group alone: never the others' jobs)
+   ─▶ fair_walk  each group's share of its due jobs in claim order (priority first), on
+               plunder_jobs_fair (an index range of that group alone: never the others'
+               jobs), with the plain claim's filters (labels, cost)
    ─▶ claim    the jobs found (job_claim_many on SQLite, fair_claim on PostgreSQL)
    ─▶ fair_advance  a group served: vtime + taken / weight; one with none due: behind all
 ```
@@ -19,6 +20,10 @@ the round). The janitor prunes the rows of groups without pending jobs and makes
 groups whose jobs came back without one (fair_repair). What the groups miss — a job
 whose group has no row yet, or no group — the claim takes after them, in plain claim
 order, whenever the groups' turn did not fill it: a fair queue never stalls on its rows.
+
+The claim's ``limit`` is slots: jobs are taken while their costs fit what is left of it,
+and the first that does not fit ends the claim, as in a plain claim (decision 0019).
+Shares count jobs, whatever they cost.
 """
 
 from __future__ import annotations
@@ -75,18 +80,32 @@ def shares(groups: Sequence[FairGroup], limit: int) -> list[int]:
     return taken
 
 
-def _take(rows: Sequence[Any], ids: list[int], suspect: bool) -> tuple[int, bool]:
-    """Add the ids of ``rows`` to ``ids``, but for a suspect after the first of the claim
-    (``suspect``: one is taken already); how many, and whether one is now."""
-    got = 0
-    for row in rows:
-        if int(row["losses"]) >= SUSPECT_LOSSES:
-            if suspect:
-                continue
-            suspect = True
-        ids.append(int(row["id"]))
-        got += 1
-    return got, suspect
+class _Taken:
+    """What a claim took so far: the ids, the slots they take, whether a suspect is among
+    them, and whether a job that did not fit the slots left ended it."""
+
+    def __init__(self, slots: int) -> None:
+        self.ids: list[int] = []
+        self.slots = slots  # left
+        self.suspect = False
+        self.full = False
+
+    def take(self, rows: Sequence[Any]) -> int:
+        """Add the ids of ``rows`` in order while their costs fit, but a suspect after the
+        first of the claim; how many."""
+        got = 0
+        for row in rows:
+            if int(row["losses"]) >= SUSPECT_LOSSES:
+                if self.suspect:
+                    continue
+                self.suspect = True
+            if int(row["cost"]) > self.slots:
+                self.full = True
+                break
+            self.slots -= int(row["cost"])
+            self.ids.append(int(row["id"]))
+            got += 1
+        return got
 
 
 class Fairness:
@@ -190,22 +209,27 @@ class Fairness:
         others = [q for q in queues if q not in fair]
         names: list[str] = []
         rows: list[Sequence[Any]] = []
+        left = limit  # slots
 
         def add(found: Claimed) -> None:
-            nonlocal names
+            nonlocal names, left
             if found[1]:
                 names = names or found[0]
                 rows.extend(found[1])
+                left -= sum(row[names.index("cost")] for row in found[1])
 
         if others and next(self._turn) % 2:
             add(plain(others, limit))
-        if len(rows) < limit:
-            add(self._turn_of(tx, session_id, queues=fair, tasks=tasks, limit=limit - len(rows),
-                              take_suspect=take_suspect, clock=clock))  # fmt: skip
-        if others and len(rows) < limit:
-            add(plain(others, limit - len(rows)))
-        if len(rows) < limit:
-            add(plain(fair, limit - len(rows)))
+        if left > 0:
+            found, full = self._turn_of(tx, session_id, queues=fair, tasks=tasks, limit=left,
+                                        take_suspect=take_suspect, clock=clock)  # fmt: skip
+            add(found)
+            if full:  # a group's job did not fit: the claim ends there
+                return names, rows
+        if others and left > 0:
+            add(plain(others, left))
+        if left > 0:
+            add(plain(fair, left))
         return names, rows
 
     def _turn_of(
@@ -218,9 +242,10 @@ class Fairness:
         limit: int,
         take_suspect: bool,
         clock: Any,
-    ) -> Claimed:
+    ) -> tuple[Claimed, bool]:
         """The groups' turn: each group's share of ``limit``; what the groups that ran out
-        left is shared again among those that did not, up to ROUNDS times."""
+        left is shared again among those that did not, up to ROUNDS times. And whether a
+        job that did not fit the slots left ended it."""
         driver = self.engine.driver
         found = tx.all(
             "fair_turn", queues=driver.list_in(queues), groups=min(limit + 2, MAX_GROUPS)
@@ -231,12 +256,13 @@ class Fairness:
         ]
         tops = {str(r["queue"]): float(r["top"]) for r in found}
         walk = {
+            "session_id": session_id,
             "tasks": driver.list_in(tasks),
             "take_suspect": take_suspect,
             "suspect_losses": SUSPECT_LOSSES,
             "now": clock,
         }
-        ids, taken, done = self._rounds(tx, groups, limit, walk)
+        got, taken, done = self._rounds(tx, groups, limit, walk)
         advance = [
             {"queue": g.queue, "group": g.group, "delta": taken[n] / g.weight,
              "floor": None if taken[n] else tops[g.queue] + SKIP}
@@ -245,41 +271,43 @@ class Fairness:
         ]  # fmt: skip
         if advance:
             tx.batch("fair_advance", advance)
-        if not ids:
-            return [], []
-        return tx.table(self.claim_ids, ids=driver.list_in(ids), session_id=session_id, now=clock)
+        if not got.ids:
+            return ([], []), got.full
+        ids = driver.list_in(got.ids)
+        return tx.table(self.claim_ids, ids=ids, session_id=session_id, now=clock), got.full
 
     def _rounds(
         self, tx: Tx, groups: list[FairGroup], limit: int, walk: dict[str, Any]
-    ) -> tuple[list[int], list[int], list[bool]]:
-        """Each group's share of ``limit`` of its due jobs; what the groups that ran out
-        left, shared again among the others (ROUNDS at most). The ids, how many each group
-        gave, and which ran out."""
-        ids: list[int] = []
+    ) -> tuple[_Taken, list[int], list[bool]]:
+        """Each group's share of its due jobs (shares of ``limit``, the claim's slots,
+        counted in jobs); what the groups that ran out left, shared again among the others
+        (ROUNDS at most), until a job does not fit the slots left. What it took, how many
+        each group gave, and which ran out."""
+        got = _Taken(limit)
         taken = [0] * len(groups)
-        after: list[tuple[Any, Any]] = [(None, None)] * len(groups)  # the last row walked
+        after: list[tuple[Any, ...]] = [(None,) * 3] * len(groups)  # the last row walked
         done = [False] * len(groups)  # no more due jobs
-        suspect = False
         for _ in range(ROUNDS):
             live = [n for n in range(len(groups)) if not done[n]]
             moved = [replace(groups[n], vtime=groups[n].vtime + taken[n] / groups[n].weight)
                      for n in live]  # fmt: skip
-            for n, share in zip(live, shares(moved, limit - len(ids)), strict=True):
-                if not share:
+            for n, share in zip(live, shares(moved, got.slots), strict=True):
+                if not share or got.full:
                     continue
                 group = groups[n]
                 rows = tx.all(
                     "fair_walk", queue=group.queue, group=group.group, limit=share,
-                    after_run_at=after[n][0], after_id=after[n][1], **walk,
+                    after_priority=after[n][0], after_run_at=after[n][1],
+                    after_id=after[n][2], **walk,
                 )  # fmt: skip
-                done[n] = len(rows) < share
                 if rows:
-                    after[n] = (rows[-1]["run_at"], rows[-1]["id"])
-                got, suspect = _take(rows, ids, suspect)
-                taken[n] += got
-            if len(ids) >= limit or all(done):
+                    after[n] = (rows[-1]["priority"], rows[-1]["run_at"], rows[-1]["id"])
+                taken[n] += got.take(rows)
+                # ran out, unless a job of its did not fit: it keeps its place in turn
+                done[n] = len(rows) < share and not got.full
+            if got.slots <= 0 or got.full or all(done):
                 break
-        return ids, taken, done
+        return got, taken, done
 
     # -- the janitor's pass ----------------------------------------------------------------
     def fair_prune_many(self, *, now: Now = None) -> tuple[int, int]:

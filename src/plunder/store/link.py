@@ -45,6 +45,7 @@ class StoreLink:
             tasks=hello.tasks,
             free_slots=hello.free_slots,
             labels=hello.labels,
+            slots=hello.slots,
         )
 
     def heartbeat(self, beat: Beat, *, via: Any = None) -> Heartbeat:

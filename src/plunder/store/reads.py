@@ -86,10 +86,12 @@ class Reads:
 
     def job_unrunnable(self, *, now: Now = None) -> list[Unrunnable]:
         """Pending jobs that no live session can run (none lists both their queue and their
-        task, or holds the labels they require), counted by task, queue and requirement."""
+        task, holds the labels they require, or has as many slots as they cost), counted by
+        task, queue, requirement and cost."""
         rows = self.engine.run(lambda tx: tx.all("job_unrunnable", now=tx.clock(now)), write=False)
         return [
-            Unrunnable(str(r["task"]), str(r["queue"]), int(r["n"]), r["require"]) for r in rows
+            Unrunnable(str(r["task"]), str(r["queue"]), int(r["n"]), r["require"], int(r["cost"]))
+            for r in rows
         ]
 
     def stream_read(self, job_id: int, *, after: int = 0, limit: int = 1000) -> list[StreamEvent]:

@@ -82,19 +82,17 @@ class Sessions:
         key_id: str | None = None,
         labels: Sequence[str] = (),
         now: Now = None,
+        slots: int | None = None,
     ) -> Session:
         """Open a session; its ``tasks`` published (``task_get``) in the same transaction,
         each replacing what an earlier session published. ``key_id``: the API key that
-        opened it through the gateway (only that key may speak for it)."""
+        opened it through the gateway (only that key may speak for it); ``slots``: see Store."""
         for queue in queues:
             payload.check_queue(queue)
         convert.positive("session expiry", expiry)
-        free_slots = _free(free_slots)
+        free_slots, capacity = _free(free_slots), affinity.capacity(slots)
         rows, held = _publish_rows(tasks), affinity.labels(labels)
-        # 192 random bits, never a host name; never a leading "-", which a command line
-        # would take for an option (plunder worker-queues SESSION)
-        while (session_id := secrets.token_urlsafe(24)).startswith("-"):
-            pass
+        session_id = _new_id()
 
         def op(tx: Tx) -> Any:
             clock = tx.clock(now)
@@ -110,6 +108,7 @@ class Sessions:
                 free_slots=free_slots,
                 key_id=key_id,
                 labels=self.engine.list_in(list(held)),
+                slots=capacity,
                 now=clock,
             )
             tx.batch("task_publish", rows, session_id=session_id, now=clock)
@@ -252,6 +251,14 @@ class Sessions:
             ):
                 stale.append(claim)
         return tuple(stale)
+
+
+def _new_id() -> str:
+    """192 random bits, never a host name; never with a leading "-", which a command line
+    would take for an option (plunder worker-queues SESSION)."""
+    while (session_id := secrets.token_urlsafe(24)).startswith("-"):
+        pass
+    return session_id
 
 
 def _free(free_slots: int) -> int:

@@ -226,10 +226,11 @@ class SQLStore(FeatureOps):
         key_id: str | None = None,
         labels: Sequence[str] = (),
         now: Now = None,
+        slots: int | None = None,
     ) -> Session:
         return self.sessions.session_open(
             name=name, host=host, pid=pid, queues=queues, expiry=expiry, tasks=tasks,
-            free_slots=free_slots, key_id=key_id, labels=labels, now=now,
+            free_slots=free_slots, key_id=key_id, labels=labels, now=now, slots=slots,
         )  # fmt: skip
 
     def session_heartbeat(

@@ -241,9 +241,9 @@ class SqliteDriver:
         first (``job_claim_level``), and in each level the jobs due now, up to what is still
         missing (``job_claim_walk``); below the CLAIM_LEVELS-th level, the rest of the
         queue in one walk (``job_claim_rest``). What it reads does not grow with the number
-        of jobs due later, nor with other queues'. The best ``limit`` of what was found,
-        with at most one suspect (the first in claim order), are claimed by
-        ``job_claim_many``."""
+        of jobs due later, nor with other queues'. The best of what was found, with at most
+        one suspect (the first in claim order), while their costs fit ``limit`` slots
+        (``_picked``), are claimed by ``job_claim_many``."""
         walk = {
             "session_id": session_id,
             "tasks": self.list_in(tasks),
@@ -256,13 +256,14 @@ class SqliteDriver:
             found += _walk(tx, queue, limit, walk)
         if len(queues) > 1:
             found.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
-        ids = _picked(found[:limit])
+        ids = _picked(found[:limit], limit)
         claimed: Claimed = ([], [])
         if ids:
             claimed = tx.table(
                 "job_claim_many", ids=self.list_in(ids), session_id=session_id, now=clock
             )
-        free = limit - len(claimed[1])
+        names, rows = claimed
+        free = limit - sum(row[names.index("cost")] for row in rows) if rows else limit
         tx.all("session_free", session_id=session_id, free_slots=free, now=clock)
         return claimed
 
@@ -352,14 +353,20 @@ def _walk(tx: Tx, queue: str, limit: int, walk: dict[str, Any]) -> list[Row]:
     return found
 
 
-def _picked(rows: list[Row]) -> list[int]:
-    """The ids of ``rows`` to claim: all, but for the suspects after the first."""
+def _picked(rows: list[Row], slots: int) -> list[int]:
+    """The ids of ``rows`` to claim: all but the suspects after the first, in claim order
+    while their costs fit ``slots``; the first that does not fit ends the claim (decision
+    0019)."""
     ids: list[int] = []
     suspect = False
+    taken = 0
     for row in rows:
         if row["losses"] >= SUSPECT_LOSSES:
             if suspect:
                 continue
             suspect = True
+        if taken + row["cost"] > slots:
+            break
+        taken += row["cost"]
         ids.append(row["id"])
     return ids

@@ -216,11 +216,14 @@ picked AS (
                   AND s.free_slots > 0 AND q.name = ANY(s.queues)),
         -- the labelled sessions of this queue with a free slot reported lately (h), and
         -- this session's labels (m): read only for jobs with affinity (migration 22)
-        h AS (SELECT s.labels, s.tasks FROM plunder_sessions s WHERE s.free_until > clock.now
+        h AS (SELECT s.labels, s.tasks, s.free_slots FROM plunder_sessions s
+              WHERE s.free_until > clock.now
               AND s.free_slots > 0 AND s.labels <> '{}' AND q.name = ANY(s.queues)),
-        m AS (SELECT labels FROM plunder_sessions WHERE id = %(session_id)s)
+        m AS (SELECT labels FROM plunder_sessions WHERE id = %(session_id)s),
+        -- this session's slots in all, read only for jobs of several (migration 23)
+        k AS (SELECT slots FROM plunder_sessions WHERE id = %(session_id)s)
         SELECT due.* FROM levels AS l, LATERAL (
-            SELECT j.id, j.priority, j.run_at, j.losses FROM plunder_jobs AS j
+            SELECT j.id, j.priority, j.run_at, j.losses, j.cost FROM plunder_jobs AS j
             WHERE j.status = 'pending'
               AND j.queue = q.name
               AND j.priority = l.priority
@@ -234,11 +237,14 @@ picked AS (
               AND NOT (j.failed_sessions <> '{}' AND %(session_id)s = ANY(j.failed_sessions)
                   AND EXISTS (SELECT FROM peers p
                               WHERE j.task = ANY(p.tasks) AND p.id <> ALL(j.failed_sessions)))
-              -- preferred labels: held here, or by no free holder; required: held here
+              -- preferred: held here, or by no holder with its cost free; required: here
               AND (j.affinity IS NULL OR j.affinity::text[] <@ (TABLE m)
                    OR NOT EXISTS (SELECT FROM h WHERE j.task = ANY(h.tasks)
+                                  AND h.free_slots >= j.cost
                                   AND j.affinity::text[] || j.require::text[] <@ h.labels))
               AND (j.require IS NULL OR j.require::text[] <@ (TABLE m))
+              -- no more slots than this worker has: left to a bigger one
+              AND (j.cost = 1 OR j.cost <= (TABLE k))
             ORDER BY j.run_at, j.id
             LIMIT %(limit)s
             FOR UPDATE OF j SKIP LOCKED
@@ -246,7 +252,7 @@ picked AS (
         UNION ALL
         SELECT rest.* FROM (SELECT min(priority) AS below FROM levels
                   HAVING count(*) = %(levels)s::int) AS b, LATERAL (
-            SELECT j.id, j.priority, j.run_at, j.losses FROM plunder_jobs AS j
+            SELECT j.id, j.priority, j.run_at, j.losses, j.cost FROM plunder_jobs AS j
             WHERE j.status = 'pending'
               AND j.queue = q.name
               AND j.priority < b.below
@@ -258,11 +264,14 @@ picked AS (
               AND NOT (j.failed_sessions <> '{}' AND %(session_id)s = ANY(j.failed_sessions)
                   AND EXISTS (SELECT FROM peers p
                               WHERE j.task = ANY(p.tasks) AND p.id <> ALL(j.failed_sessions)))
-              -- preferred labels: held here, or by no free holder; required: held here
+              -- preferred: held here, or by no holder with its cost free; required: here
               AND (j.affinity IS NULL OR j.affinity::text[] <@ (TABLE m)
                    OR NOT EXISTS (SELECT FROM h WHERE j.task = ANY(h.tasks)
+                                  AND h.free_slots >= j.cost
                                   AND j.affinity::text[] || j.require::text[] <@ h.labels))
               AND (j.require IS NULL OR j.require::text[] <@ (TABLE m))
+              -- no more slots than this worker has: left to a bigger one
+              AND (j.cost = 1 OR j.cost <= (TABLE k))
             ORDER BY j.priority DESC, j.run_at, j.id
             LIMIT %(limit)s
             FOR UPDATE OF j SKIP LOCKED
@@ -277,10 +286,17 @@ picked AS (
 -- every job picked but the suspects, and the first suspect in claim order (picked holds
 -- none unless take_suspect): two scans of picked, not a sort and a window over it
 chosen AS (
-    SELECT id FROM picked WHERE losses < %(suspect_losses)s
+    SELECT * FROM picked WHERE losses < %(suspect_losses)s
     UNION ALL
-    (SELECT id FROM picked WHERE losses >= %(suspect_losses)s
+    (SELECT * FROM picked WHERE losses >= %(suspect_losses)s
      ORDER BY priority DESC, run_at, id LIMIT 1)
+),
+-- in claim order while their costs fit the slots offered (the limit): the first that does
+-- not fit ends the claim, so cheaper jobs behind a costly one wait with it (decision 0019)
+fits AS (
+    SELECT id FROM (SELECT id, sum(cost) OVER (ORDER BY priority DESC, run_at, id) AS used
+                    FROM chosen) AS c
+    WHERE used <= %(limit)s
 ),
 claimed AS (
     UPDATE plunder_jobs AS j
@@ -297,7 +313,7 @@ claimed AS (
     -- by primary key, one probe per chosen id, whatever the planner guesses of how many
     -- rows the walk above returns: the statement is prepared with a generic plan, which
     -- cannot know LIMIT and would otherwise join the chosen ids to a scan of every job
-    WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
+    WHERE j.id = ANY(ARRAY(SELECT id FROM fits))
     -- the job's own columns, not the run kept on it once it succeeds (run_*); unqualified,
     -- as no other relation here has columns of those names (a shorter statement to send)
     RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts,
@@ -307,10 +323,10 @@ claimed AS (
               require, cost
 ),
 -- a labelled session's free slots after this claim (the slots it asked to fill, less
--- what it took), counted by others' claims for 2 s (see migration 22)
+-- the costs of what it took), counted by others' claims for 2 s (see migration 22)
 reported AS (
     UPDATE plunder_sessions AS s
-    SET free_slots = GREATEST(%(limit)s - (SELECT count(*) FROM claimed), 0),
+    SET free_slots = GREATEST(%(limit)s - (SELECT COALESCE(sum(cost), 0) FROM claimed), 0),
         free_until = clock.now + LEAST(s.expiry, 2.0) * interval '1 second'
     FROM clock WHERE s.id = %(session_id)s AND s.labels <> '{}' AND s.expires_at > clock.now
 )
@@ -644,11 +660,12 @@ LIMIT %(limit)s;
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
 -- Its free slots count for claims for 2 s (or its expiry, if shorter): see session_heartbeat.
 INSERT INTO plunder_sessions (id, name, host, pid, queues, expiry, started_at, heartbeat_at,
-                              expires_at, tasks, free_slots, key_id, labels, free_until)
+                              expires_at, tasks, free_slots, key_id, labels, free_until,
+                              slots)
 SELECT %(session_id)s, %(name)s, %(host)s, %(pid)s, %(queues)s::text[], %(expiry)s,
        clock.now, clock.now, clock.now + %(expiry)s * interval '1 second',
        %(tasks)s::text[], %(free_slots)s::integer, %(key_id)s::text, %(labels)s::text[],
-       clock.now + LEAST(%(expiry)s, 2.0) * interval '1 second'
+       clock.now + LEAST(%(expiry)s, 2.0) * interval '1 second', %(slots)s::integer
 FROM clock
 RETURNING *;
 
@@ -892,17 +909,19 @@ SELECT queue, status, count(*) AS n FROM plunder_jobs GROUP BY queue, status;
 -- Pending jobs that no live session can run, counted by task and queue: no live session
 -- lists both their queue and their task. A read for people, as queue_counts. A
 -- partition's queue ("q~3", migration 14) counts as its queue. Jobs that require labels
--- (migration 22) count apart: they also need a session holding those labels.
-SELECT p.task, p.queue, p.require, p.n FROM (
-    SELECT task, split_part(queue, '~', 1) AS queue, require, count(*) AS n FROM plunder_jobs
-    WHERE status = 'pending' GROUP BY 1, 2, 3
+-- (migration 22) count apart: they also need a session holding those labels; so do jobs
+-- of several slots (migration 23): they need a session with as many in all.
+SELECT p.task, p.queue, p.require, p.cost, p.n FROM (
+    SELECT task, split_part(queue, '~', 1) AS queue, require, cost, count(*) AS n
+    FROM plunder_jobs WHERE status = 'pending' GROUP BY 1, 2, 3, 4
 ) AS p
 WHERE NOT EXISTS (
     SELECT 1 FROM plunder_sessions AS s
     WHERE s.expires_at > COALESCE(%(now)s::timestamptz, statement_timestamp())
       AND p.queue = ANY(s.queues) AND p.task = ANY(s.tasks)
-      AND (p.require IS NULL OR p.require::text[] <@ s.labels))
-ORDER BY p.task, p.queue, p.require NULLS FIRST;
+      AND (p.require IS NULL OR p.require::text[] <@ s.labels)
+      AND p.cost <= s.slots)
+ORDER BY p.task, p.queue, p.require NULLS FIRST, p.cost;
 
 -- name: queue_oldest_pending
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
@@ -1231,24 +1250,39 @@ ORDER BY g.vtime, g.queue, g.group_name
 LIMIT %(groups)s;
 
 -- name: fair_walk
--- Up to %(limit)s jobs of one group of a fair queue that a claim may take now, oldest due
--- first, locked (rows another claimer holds are skipped): a range of plunder_jobs_fair
--- bounded by `run_at <= now`, so it never reads the other groups' jobs, nor its own due
--- later. Filters as job_claim_many, but for the jobs this session failed (taken again).
-SELECT j.id, j.losses, j.run_at FROM plunder_jobs AS j
+-- Up to %(limit)s jobs of one group of a fair queue that a claim may take now, in claim
+-- order (higher priority first, then oldest due), locked (rows another claimer holds are
+-- skipped): a range of plunder_jobs_fair, which never reads the other groups' jobs (its
+-- own due later, of a higher priority than those due now, are stepped over). Filters as
+-- job_claim_many — labels preferred and required, no more slots than this session has
+-- (migrations 22, 23) — but for the jobs this session failed (taken again).
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
+-- the labelled sessions of this queue with a free slot reported lately, and this one
+h AS (SELECT s.labels, s.tasks, s.free_slots FROM plunder_sessions AS s, clock
+      WHERE s.free_until > clock.now
+      AND s.free_slots > 0 AND s.labels <> '{}' AND %(queue)s = ANY(s.queues)),
+m AS (SELECT labels, slots FROM plunder_sessions WHERE id = %(session_id)s)
+SELECT j.id, j.losses, j.priority, j.run_at, j.cost FROM plunder_jobs AS j, clock
 WHERE j.status = 'pending'
   AND j.group_name IS NOT NULL
   AND j.queue = %(queue)s
   AND j.group_name = %(group)s
-  AND j.run_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
-  -- after the last job this claim walked of the group (NULL: from its first)
+  AND j.run_at <= clock.now
+  -- after the last job this claim walked of the group, in claim order (NULL: from its first)
   AND (%(after_id)s::bigint IS NULL
-       OR (j.run_at, j.id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint))
+       OR (-j.priority, j.run_at, j.id)
+          > (-%(after_priority)s::int, %(after_run_at)s::timestamptz, %(after_id)s::bigint))
   -- not past its start-by deadline (NULL: none)
-  AND (j.expires_at > COALESCE(%(now)s::timestamptz, statement_timestamp())) IS NOT FALSE
+  AND (j.expires_at > clock.now) IS NOT FALSE
   AND j.task = ANY(%(tasks)s::text[])
   AND (j.losses < %(suspect_losses)s OR %(take_suspect)s)
-ORDER BY j.run_at, j.id
+  AND (j.affinity IS NULL OR j.affinity::text[] <@ (SELECT labels FROM m)
+       OR NOT EXISTS (SELECT FROM h WHERE j.task = ANY(h.tasks) AND h.free_slots >= j.cost
+                      AND j.affinity::text[] || j.require::text[] <@ h.labels))
+  AND (j.require IS NULL OR j.require::text[] <@ (SELECT labels FROM m))
+  AND (j.cost = 1 OR j.cost <= (SELECT slots FROM m))
+-- -priority: the order of plunder_jobs_fair alone (migration 23)
+ORDER BY -j.priority, j.run_at, j.id
 LIMIT %(limit)s
 FOR UPDATE OF j SKIP LOCKED;
 

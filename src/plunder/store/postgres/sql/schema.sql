@@ -194,9 +194,10 @@ CREATE TABLE plunder_partition_owners (
 CREATE INDEX plunder_partition_owners_session ON plunder_partition_owners (session_id);
 -- Fair queues (migration 21; docs/decisions/0012-fair-queues.md): a job's group (a
 -- tenant) in group_name; a fair queue's claims take its groups in turn, by virtual time,
--- reading each group's due jobs on plunder_jobs_fair (only jobs with a group are in it).
+-- reading each group's due jobs on plunder_jobs_fair (only jobs with a group are in it),
+-- in claim order (priority first, as -priority: migration 23).
 ALTER TABLE plunder_jobs ADD COLUMN group_name TEXT;
-CREATE INDEX plunder_jobs_fair ON plunder_jobs (queue, group_name, run_at, id)
+CREATE INDEX plunder_jobs_fair ON plunder_jobs (queue, group_name, (-priority), run_at, id)
     WHERE status = 'pending' AND group_name IS NOT NULL;
 -- A fair queue and the weight of each group named (1 for the others).
 CREATE TABLE plunder_fair_queues (
@@ -319,3 +320,7 @@ CREATE TABLE plunder_traces (
 ALTER TABLE plunder_jobs ADD COLUMN affinity TEXT;
 ALTER TABLE plunder_jobs ADD COLUMN require TEXT;
 ALTER TABLE plunder_jobs ADD COLUMN cost INTEGER NOT NULL DEFAULT 1 CHECK (cost >= 1);
+
+-- The slots of its worker a session has in all (its -c): a claim skips the jobs costing
+-- more (migration 23; docs/decisions/0019).
+ALTER TABLE plunder_sessions ADD COLUMN slots INTEGER NOT NULL DEFAULT 1000 CHECK (slots >= 1);

@@ -123,7 +123,7 @@ LIMIT 1;
 -- read only when :take_suspect is true; the store takes at most one. A job past its
 -- start-by deadline that the janitor has not ended yet is stepped over (a filter on the
 -- row the walk reads anyway), so a burst of them cannot fill :limit and stall the queue.
-SELECT j.id, j.losses, j.priority, j.run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
+SELECT j.id, j.losses, j.priority, j.run_at, j.cost FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
 WHERE j.status = 'pending'
   AND j.queue = :queue
   AND j.priority = :priority
@@ -140,14 +140,14 @@ WHERE j.status = 'pending'
             AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = j.queue)
             AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
             AND s.id NOT IN (SELECT f.value FROM json_each(j.failed_sessions) AS f)))
-  -- preferred labels: held here, or by no labelled session of the queue with a free slot
-  -- reported lately (migration 22); required labels: held here
+  -- preferred labels: held here, or by no labelled session of the queue with its cost in
+  -- free slots reported lately (migrations 22, 23); required labels: held here
   AND (j.affinity IS NULL OR NOT EXISTS (
       SELECT 1 FROM json_each('["' || replace(trim(j.affinity, '{}'), ',', '","') || '"]') AS a
       WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id))))
     OR NOT EXISTS (
       SELECT 1 FROM plunder_sessions AS s
-      WHERE s.free_until > :now AND s.free_slots > 0 AND s.labels != '[]'
+      WHERE s.free_until > :now AND s.free_slots >= j.cost AND s.labels != '[]'
         AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = j.queue)
         AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
         AND NOT EXISTS (
@@ -157,6 +157,8 @@ WHERE j.status = 'pending'
   AND (j.require IS NULL OR NOT EXISTS (
       SELECT 1 FROM json_each('["' || replace(trim(j.require, '{}'), ',', '","') || '"]') AS a
       WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id)))))
+  -- no more slots than this worker has in all: left to a bigger one (migration 23)
+  AND (j.cost = 1 OR j.cost <= (SELECT slots FROM plunder_sessions WHERE id = :session_id))
 ORDER BY j.run_at, j.id
 LIMIT :limit;
 
@@ -165,7 +167,7 @@ LIMIT :limit;
 -- claim order: after CLAIM_LEVELS levels (see SqliteDriver.claim_rows), the rest of a
 -- queue with many levels (a priority used as a score) is walked in one go, the jobs due
 -- later included, rather than with a probe per level. Filters as job_claim_walk.
-SELECT j.id, j.losses, j.priority, j.run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
+SELECT j.id, j.losses, j.priority, j.run_at, j.cost FROM plunder_jobs AS j INDEXED BY plunder_jobs_claim
 WHERE j.status = 'pending'
   AND j.queue = :queue
   AND j.priority < :below
@@ -182,14 +184,14 @@ WHERE j.status = 'pending'
             AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = j.queue)
             AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
             AND s.id NOT IN (SELECT f.value FROM json_each(j.failed_sessions) AS f)))
-  -- preferred labels: held here, or by no labelled session of the queue with a free slot
-  -- reported lately (migration 22); required labels: held here
+  -- preferred labels: held here, or by no labelled session of the queue with its cost in
+  -- free slots reported lately (migrations 22, 23); required labels: held here
   AND (j.affinity IS NULL OR NOT EXISTS (
       SELECT 1 FROM json_each('["' || replace(trim(j.affinity, '{}'), ',', '","') || '"]') AS a
       WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id))))
     OR NOT EXISTS (
       SELECT 1 FROM plunder_sessions AS s
-      WHERE s.free_until > :now AND s.free_slots > 0 AND s.labels != '[]'
+      WHERE s.free_until > :now AND s.free_slots >= j.cost AND s.labels != '[]'
         AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = j.queue)
         AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
         AND NOT EXISTS (
@@ -199,6 +201,8 @@ WHERE j.status = 'pending'
   AND (j.require IS NULL OR NOT EXISTS (
       SELECT 1 FROM json_each('["' || replace(trim(j.require, '{}'), ',', '","') || '"]') AS a
       WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id)))))
+  -- no more slots than this worker has in all: left to a bigger one (migration 23)
+  AND (j.cost = 1 OR j.cost <= (SELECT slots FROM plunder_sessions WHERE id = :session_id))
 ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT :limit;
 
@@ -227,8 +231,8 @@ RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts
           retry_on_lost, expires_at, limit_key, affinity, require, cost;
 
 -- name: session_free
--- A labelled session's free slots after its claim (the slots it asked to fill, less what it
--- took), counted by others' claims for 2 s (see migration 22); run in the claim's
+-- A labelled session's free slots after its claim (the slots it asked to fill, less the
+-- costs of what it took), counted by others' claims for 2 s (see migration 22); run in the claim's
 -- transaction.
 UPDATE plunder_sessions SET free_slots = max(:free_slots, 0), free_until = :now + min(expiry, 2.0)
 WHERE id = :session_id AND labels != '[]' AND expires_at > :now;
@@ -435,9 +439,10 @@ LIMIT :limit;
 -- name: session_insert
 -- Its free slots count for claims for 2 s (or its expiry, if shorter): see session_heartbeat.
 INSERT INTO plunder_sessions (id, name, host, pid, queues, expiry, started_at, heartbeat_at,
-                              expires_at, tasks, free_slots, key_id, labels, free_until)
+                              expires_at, tasks, free_slots, key_id, labels, free_until,
+                              slots)
 VALUES (:session_id, :name, :host, :pid, :queues, :expiry, :now, :now, :now + :expiry,
-        :tasks, :free_slots, :key_id, :labels, :now + min(:expiry, 2.0))
+        :tasks, :free_slots, :key_id, :labels, :now + min(:expiry, 2.0), :slots)
 RETURNING *;
 
 -- name: session_heartbeat
@@ -635,12 +640,13 @@ SELECT queue, status, count(*) AS n FROM plunder_jobs GROUP BY queue, status;
 -- Pending jobs that no live session can run, counted by task and queue: no live session
 -- lists both their queue and their task. A read for people, as queue_counts. A
 -- partition's queue ("q~3", migration 14) counts as its queue. Jobs that require labels
--- (migration 22) count apart: they also need a session holding those labels.
-SELECT p.task, p.queue, p.require, p.n FROM (
+-- (migration 22) count apart: they also need a session holding those labels; so do jobs
+-- of several slots (migration 23): they need a session with as many in all.
+SELECT p.task, p.queue, p.require, p.cost, p.n FROM (
     SELECT task, CASE WHEN instr(queue, '~') > 0 THEN substr(queue, 1, instr(queue, '~') - 1)
-                      ELSE queue END AS queue, require, count(*) AS n
+                      ELSE queue END AS queue, require, cost, count(*) AS n
     FROM plunder_jobs
-    WHERE status = 'pending' GROUP BY 1, 2, 3
+    WHERE status = 'pending' GROUP BY 1, 2, 3, 4
 ) AS p
 WHERE NOT EXISTS (
     SELECT 1 FROM plunder_sessions AS s
@@ -649,8 +655,9 @@ WHERE NOT EXISTS (
       AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = p.task)
       AND (p.require IS NULL OR NOT EXISTS (
           SELECT 1 FROM json_each('["' || replace(trim(p.require, '{}'), ',', '","') || '"]') AS a
-          WHERE a.value NOT IN (SELECT value FROM json_each(s.labels)))))
-ORDER BY p.task, p.queue, p.require IS NOT NULL, p.require;
+          WHERE a.value NOT IN (SELECT value FROM json_each(s.labels))))
+      AND p.cost <= s.slots)
+ORDER BY p.task, p.queue, p.require IS NOT NULL, p.require, p.cost;
 
 -- name: queue_oldest_pending
 SELECT queue, :now - min(run_at) AS age FROM plunder_jobs
@@ -887,22 +894,42 @@ ORDER BY g.vtime, g.queue, g.group_name
 LIMIT :groups;
 
 -- name: fair_walk
--- Up to :limit jobs of one group of a fair queue that a claim may take now, oldest due
--- first: a range of plunder_jobs_fair bounded by `run_at <= :now`, so it never reads the
--- other groups' jobs, nor its own due later. Filters as job_claim_walk, but for the jobs
--- this session failed (taken again at once).
-SELECT j.id, j.losses, j.run_at FROM plunder_jobs AS j INDEXED BY plunder_jobs_fair
+-- Up to :limit jobs of one group of a fair queue that a claim may take now, in claim order
+-- (higher priority first, then oldest due): a range of plunder_jobs_fair, which never reads
+-- the other groups' jobs (its own due later, of a higher priority than those due now, are
+-- stepped over). Filters as job_claim_walk — labels preferred and required, no more slots
+-- than this session has (migrations 22, 23) — but for the jobs this session failed (taken
+-- again at once).
+SELECT j.id, j.losses, j.priority, j.run_at, j.cost
+FROM plunder_jobs AS j INDEXED BY plunder_jobs_fair
 WHERE j.status = 'pending'
   AND j.group_name IS NOT NULL
   AND j.queue = :queue
   AND j.group_name = :group
   AND j.run_at <= :now
-  -- after the last job this claim walked of the group (NULL: from its first)
-  AND (:after_id IS NULL OR (j.run_at, j.id) > (:after_run_at, :after_id))
+  -- after the last job this claim walked of the group, in claim order (NULL: from its first)
+  AND (:after_id IS NULL OR j.priority < :after_priority
+       OR (j.priority = :after_priority AND (j.run_at, j.id) > (:after_run_at, :after_id)))
   AND (j.expires_at IS NULL OR j.expires_at > :now)  -- not past its start-by deadline
   AND j.task IN (SELECT value FROM json_each(:tasks))
   AND (j.losses < :suspect_losses OR :take_suspect)
-ORDER BY j.run_at, j.id
+  AND (j.affinity IS NULL OR NOT EXISTS (
+      SELECT 1 FROM json_each('["' || replace(trim(j.affinity, '{}'), ',', '","') || '"]') AS a
+      WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id))))
+    OR NOT EXISTS (
+      SELECT 1 FROM plunder_sessions AS s
+      WHERE s.free_until > :now AND s.free_slots >= j.cost AND s.labels != '[]'
+        AND EXISTS (SELECT 1 FROM json_each(s.queues) AS q WHERE q.value = j.queue)
+        AND EXISTS (SELECT 1 FROM json_each(s.tasks) AS t WHERE t.value = j.task)
+        AND NOT EXISTS (
+          SELECT 1 FROM json_each('["' || replace(replace(trim(
+              j.affinity || coalesce(j.require, ''), '{}'), '}{', ','), ',', '","') || '"]') AS a
+          WHERE a.value NOT IN (SELECT value FROM json_each(s.labels)))))
+  AND (j.require IS NULL OR NOT EXISTS (
+      SELECT 1 FROM json_each('["' || replace(trim(j.require, '{}'), ',', '","') || '"]') AS a
+      WHERE a.value NOT IN (SELECT value FROM json_each((SELECT labels FROM plunder_sessions WHERE id = :session_id)))))
+  AND (j.cost = 1 OR j.cost <= (SELECT slots FROM plunder_sessions WHERE id = :session_id))
+ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT :limit;
 
 -- name: fair_advance

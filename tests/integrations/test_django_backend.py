@@ -173,6 +173,29 @@ def test_aenqueue_and_aget_result(alias: str, django_setup: Any) -> None:
         return await backend_of(alias).aget_result(result.id)
 
     result = asyncio.run(go())
+    assert result.backend == alias and result.task.backend == alias
+    run(alias)
+    result.refresh()
+    assert result.return_value == 42
+
+
+def test_a_result_refreshes_from_its_own_backend(alias: str, django_setup: Any) -> None:
+    # the same job id on both databases: a result read from one backend refreshes from
+    # that backend, never from the task's default one (which holds another job by that id)
+    other = next(a for a in ALIASES if a != alias)
+    mine = on(django_setup.add, alias).enqueue(20, 22)
+    theirs = on(django_setup.shout, other).enqueue("hey")
+    for _ in range(10_000):
+        if int(mine.id) == int(theirs.id):
+            break
+        if int(mine.id) < int(theirs.id):
+            mine = on(django_setup.add, alias).enqueue(20, 22)
+        else:
+            theirs = on(django_setup.shout, other).enqueue("hey")
+    assert mine.id == theirs.id
+    run(other)
+    result = backend_of(alias).get_result(mine.id)
+    assert result.backend == alias and result.task.backend == alias
     run(alias)
     result.refresh()
     assert result.return_value == 42

@@ -42,15 +42,16 @@ def ready(task: Any, result_id: str, args: list[Any], kwargs: dict[str, Any], al
     )
 
 
-def task_of(record: JobRecord) -> Any:
-    """The Django task a job runs, with the job's queue and priority."""
+def task_of(record: JobRecord, alias: str) -> Any:
+    """The Django task a job runs, with the job's queue and priority, on the backend
+    ``alias`` that holds the job (``TaskResult.refresh`` reads the task's backend)."""
     try:
         task = import_string(record.task)
     except ImportError as exc:
         raise errors.UnknownTask(f"job {record.id}: cannot import task {record.task}") from exc
     if not isinstance(task, compat.Task):
         raise errors.UnknownTask(f"job {record.id}: {record.task} is not a Django task")
-    return task.using(priority=record.priority, queue_name=record.queue)
+    return task.using(priority=record.priority, queue_name=record.queue, backend=alias)
 
 
 def error_of(error: dict[str, Any]) -> Any:
@@ -63,7 +64,7 @@ def from_record(record: JobRecord, runs: Sequence[Run], alias: str) -> Any:
     """The TaskResult of a job: one worker id (a plunder session) and one error per
     attempt that ran and failed."""
     result = compat.TaskResult(
-        task=task_of(record),
+        task=task_of(record, alias),
         id=str(record.id),
         status=status_of(record.status),
         enqueued_at=record.created_at,

@@ -15,6 +15,7 @@ from click.testing import CliRunner, Result
 from plunder.cli import main
 from plunder.model import JobSpec
 from plunder.store import Store, queries
+from tests.support.procs import run_group
 from tests.worker import tasks
 from tests.worker.conftest import worker_in_thread
 
@@ -312,13 +313,10 @@ def test_help_lists_every_command() -> None:
 
 
 def test_demo_rescues_the_killed_workers_jobs(store_url: str) -> None:
-    result = subprocess.run(
+    result = run_group(
         [sys.executable, "-m", "plunder", "--db", store_url, "demo", "--jobs", "60", "--json"],
-        capture_output=True,
-        text=True,
         cwd=ROOT,
         timeout=120,
-        check=False,
     )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)

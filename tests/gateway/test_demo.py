@@ -4,17 +4,16 @@ groups with no database URL, a producer streaming tokens, a worker killed and re
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 from tests.support.gateway import ROOT, env_without_database
+from tests.support.procs import run_group
 
 
 def test_the_gateway_demo_runs_and_rescues() -> None:
-    done = subprocess.run(
+    done = run_group(
         [sys.executable, "-m", "plunder", "demo", "--gateway", "--json"],
-        capture_output=True, text=True, timeout=180, cwd=ROOT, env=env_without_database(),
-        stdin=subprocess.DEVNULL, check=False,
+        timeout=180, cwd=ROOT, env=env_without_database(),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)

@@ -1,0 +1,29 @@
+"""A command run in a process group of its own, killed whole when it ends or times out:
+a demo that is killed (by a test's timeout) leaves no gateway or worker of its own running."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def run_group(
+    argv: Sequence[str], *, timeout: float, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(argv, capture_output=True, text=True)`` in a new session; whatever
+    of its group still runs afterwards (even after a TimeoutExpired) is SIGKILLed."""
+    proc = subprocess.Popen(
+        list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # gone already: nothing left behind
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)

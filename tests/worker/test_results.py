@@ -46,8 +46,11 @@ def test_the_result_commits_with_the_task_s_own_writes(
     seen: list[tuple[str, str | None, int]] = []
 
     def snapshot() -> bool:
+        # the mark first: once it exists the block has committed, so the read after it
+        # must see the commit (read first, the commit could fall between the two)
+        reached = Path(f"{gate}.reached").exists()
         seen.append(_job_and_effect(workers.url, job.id, "tok"))
-        return Path(f"{gate}.reached").exists()
+        return reached
 
     wait_for(snapshot, what="the task past its transaction block")
     done = ("succeeded", '{"token":"tok"}', 1)

@@ -351,6 +351,72 @@ told AS (
 SELECT (SELECT count(*) FROM done) AS acked, c.*
 FROM (SELECT count(*) FROM told) AS t LEFT JOIN claimed AS c ON true;
 
+-- name: job_complete_turn
+-- A turn sent ahead acknowledges with this statement, then settles the children of what it
+-- completed with edge_settle_turn and claims with job_claim_many, the three in one
+-- transaction (plunder.store.postgres.turns): the claim sees the children released by its
+-- own turn. job_complete_notify, but for has_children, the trigger's cue
+-- (plunder_jobs_settle), cleared so that the trigger leaves these jobs' children to
+-- edge_settle_turn (decision 0023); a job's end settles its children once either way.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
+done AS (
+    UPDATE plunder_jobs AS j
+    SET status = 'succeeded', result = u.result, finished_at = clock.now, deadline_at = NULL,
+        run_logs = u.logs, has_children = false
+    FROM unnest(%(job_id)s::bigint[], %(attempt)s::int[], %(claim_session)s::text[],
+                %(result)s::text[], %(logs)s::text[])
+             AS u(job_id, attempt, session_id, result, logs),
+         clock
+    -- the fence and the plan of job_complete_update (see there)
+    WHERE j.id = u.job_id AND j.attempt = u.attempt
+      AND j.session_id IS NOT DISTINCT FROM u.session_id
+      AND (j.status || '') = 'running'
+      AND u.session_id = ANY(ARRAY(
+          SELECT s.id FROM plunder_sessions AS s, clock AS c
+          WHERE s.id = ANY(%(claim_session)s::text[]) AND s.expires_at > c.now))
+    RETURNING j.id
+),
+told AS (
+    SELECT pg_notify('plunder_done', string_agg(id::text, ',')) FROM done
+    WHERE EXISTS (SELECT FROM plunder_listeners
+                  WHERE 'plunder_done' = ANY(channels) AND expires_at > statement_timestamp())
+    GROUP BY id / 300
+)
+SELECT done.id FROM done WHERE (SELECT count(*) FROM told) >= 0;
+
+-- name: edge_settle_turn
+-- After job_complete_turn, in its transaction: the waiting children of the jobs it
+-- completed (those of %(job_id)s this transaction wrote, xmin, and succeeded) count their
+-- parents ended, one update per child however many of its parents the turn ended, and
+-- are pending once none is left; their queues' workers are told, as by the trigger.
+-- The children are locked in id order first, so that turns ending parents of the same
+-- children in other orders never wait for each other in a cycle. A statement of its own,
+-- so that its snapshot sees an edge committed while job_complete_turn waited for a
+-- parent's row (edge_parents_mark holds it until the enqueue commits).
+WITH ended AS (
+    SELECT e.child_id, count(*) AS n
+    FROM plunder_edges AS e JOIN plunder_jobs AS p ON p.id = e.parent_id
+    WHERE e.parent_id = ANY(%(job_id)s::bigint[])
+      AND p.xmin = pg_current_xact_id_if_assigned()::xid AND p.status = 'succeeded'
+    GROUP BY e.child_id
+),
+locked AS MATERIALIZED (
+    SELECT c.id, x.n FROM plunder_jobs AS c JOIN ended AS x ON c.id = x.child_id
+    WHERE c.status = 'waiting'
+    ORDER BY c.id
+    FOR UPDATE OF c
+),
+settled AS (
+    UPDATE plunder_jobs AS c
+    SET parents_left = c.parents_left - l.n,
+        status = CASE WHEN c.parents_left <= l.n THEN 'pending' ELSE 'waiting' END
+    FROM locked AS l
+    WHERE c.id = l.id AND c.status = 'waiting'
+    RETURNING c.queue, c.status
+)
+SELECT pg_notify('plunder_enqueued', w.queue)
+FROM (SELECT DISTINCT queue FROM settled WHERE status = 'pending') AS w;
+
 -- name: plans_by_index
 -- Sent just before the first run on a pooled connection of a statement a worker repeats
 -- (a turn, a claim, an acknowledgement: tx.INDEX_PLANNED), with plans_reset just after

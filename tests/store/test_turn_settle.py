@@ -13,7 +13,7 @@ import pytest
 from plunder.graph import Edge
 from plunder.model import Completion, ErrorInfo, Failure, JobSpec, Session
 from plunder.states import Status
-from plunder.store import Store
+from plunder.store import Store, pauses
 from plunder.store.base import TurnPipe
 from tests.store.helpers import claim, open_session
 
@@ -125,3 +125,29 @@ def test_parents_ended_by_turns_and_by_other_ways_count_once_each(
     failure = Failure(jobs[ids[2]].claim, ErrorInfo("E", "no"), retry_delay=None)
     assert store.job_fail_many([failure]).accepted
     assert store.job_get(child).status is Status.PENDING
+
+
+def test_a_child_of_a_paused_queue_is_released_but_not_claimed_by_the_turn(
+    store: Store, pipe: TurnPipe
+) -> None:
+    """The turn's claim leaves paused queues out as every claim does: the child is pending,
+    and claimed by the first turn after its queue is resumed."""
+    specs = [JobSpec("parent", [0]), JobSpec("child", [], queue="other")]
+    parent, child = store.flow_enqueue(specs, [Edge(0, 1, "run")])
+    session = open_session(store, queues=("default", "other"), tasks=("parent", "child"))
+    (job,) = claim(store, session, tasks=("parent",))
+    assert pauses.of(store).queue_pause("other")
+    queues = ["default", "other"]
+    assert pipe.send(
+        [Completion(job.claim, 0)], session_id=session.id, queues=queues,
+        tasks=["parent", "child"], limit=10, take_suspect=True,
+    )  # fmt: skip
+    answer = pipe.receive()
+    assert (len(answer.settle().accepted), answer.jobs()) == (1, [])
+    assert store.job_get(child).status is Status.PENDING
+    assert pauses.of(store).queue_resume("other")
+    assert pipe.send(
+        [], session_id=session.id, queues=queues, tasks=["child"], limit=10, take_suspect=True
+    )
+    assert [j.id for j in pipe.receive().jobs()] == [child]
+    assert store.job_get(parent).status is Status.SUCCEEDED

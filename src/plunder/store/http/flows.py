@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from plunder import errors, wire_specs
+from plunder import errors, wire, wire_specs
 from plunder.graph import Edge, Link, WorkflowState
 from plunder.model import JobSpec
 from plunder.store.http.client import Client
 
-MAX_BATCH = 10_000  # jobs per enqueue request, of a workflow or not
+MAX_BATCH = 10_000  # jobs per plain enqueue request
+MAX_FLOW = wire.MAX_LIST  # jobs of one workflow (it cannot be split: one transaction)
 
 
 class HttpFlows:
@@ -32,8 +33,11 @@ class HttpFlows:
             raise errors.ConfigError("through a gateway the database's clock decides 'now'")
         if visible is not None:
             raise errors.ConfigError("through a gateway its key decides which jobs are seen")
-        if len(specs) > MAX_BATCH:
-            raise errors.PayloadError(f"at most {MAX_BATCH} jobs per workflow, got {len(specs)}")
+        if len(specs) > MAX_FLOW or len(edges) > MAX_FLOW:
+            raise errors.PayloadError(
+                f"at most {MAX_FLOW} jobs and {MAX_FLOW} edges per workflow through a gateway, "
+                f"got {len(specs)} and {len(edges)}"
+            )
         body = {
             "jobs": [wire_specs.spec_out(s) for s in specs],
             "edges": [wire_specs.edge_out(e) for e in edges],

@@ -265,3 +265,20 @@ def test_the_command_line_shows_and_cancels_a_workflow_through_the_gateway(
     )
     assert done["cancelled"] == [a, c]
     assert store.job_get(b).status is Status.PENDING
+
+
+def test_the_workflow_routes_want_a_key_that_may_read_or_write(
+    gateway: Gateway, keys: Keys, store: Store, mixed: tuple[int, ...]
+) -> None:
+    a = mixed[0]
+    routes = [("GET", f"/v1/jobs/{a}/workflow"), ("GET", f"/v1/jobs/{a}/edges"),
+              ("POST", f"/v1/jobs/{a}/workflow/cancel")]  # fmt: skip
+    for key, status in ((None, 401), ("plk_000000000000_nothing", 401), (keys.gpu_worker, 403)):
+        with client(gateway, key) as http:
+            for method, path in routes:
+                answer = http.request(method, path)
+                assert answer.status_code == status, (key, path, answer.text)
+    with client(gateway, keys.gpu_producer) as http:
+        assert http.get("/v1/jobs/0/workflow").status_code == 404
+        assert http.get("/v1/jobs/x/edges").status_code == 404
+    assert store.job_get(a).status is Status.PENDING  # nothing cancelled

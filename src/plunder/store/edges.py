@@ -32,6 +32,9 @@ CANCELLED = ErrorInfo("plunder.Cancelled", "cancelled with its workflow")
 Visible = Callable[[str], bool]  # whether the caller may see the jobs of a queue
 
 
+EDGES_A_STATEMENT = 10_000  # [parent, child, policy] rows: well under 1 MiB of JSON
+
+
 def unknown_parents(job_ids: Sequence[int]) -> errors.JobNotFound:
     """The refusal of parents unknown, or that the caller may not see (told alike)."""
     return errors.JobNotFound(f"no job {', '.join(map(str, job_ids))} to wait for (unknown parent)")
@@ -84,7 +87,9 @@ class Edges:
             if edges:
                 rows = [[ids[e.parent] if e.new else e.parent, ids[e.child], e.on_failure]
                         for e in edges]  # fmt: skip
-                tx.all("edge_insert", rows=payload.encode(rows, what="edges"))
+                for at in range(0, len(rows), EDGES_A_STATEMENT):  # each under the payload cap
+                    chunk = rows[at : at + EDGES_A_STATEMENT]
+                    tx.all("edge_insert", rows=payload.encode(chunk, what="edges"))
                 fresh = sorted({ids[e.parent] for e in edges if e.new})
                 if fresh:
                     tx.all("edge_parents_mark", ids=self.engine.list_in(fresh))

@@ -30,13 +30,18 @@ from tests.worker.conftest import wait_for
 
 def finished_once(store: Store, ids: list[int]) -> None:
     """Every job succeeded, by exactly one run; any run before it ended unfinished (lost
-    with its session, or given back), never with a result of its own."""
+    with its session, given back, or its result refused because its session had expired
+    when the result arrived: stale), never with a result of its own."""
     for job_id in ids:
         job = store.job_get(job_id)
         assert job.status is Status.SUCCEEDED, (job_id, job.status, job.error)
         runs = store.job_runs(job_id)
-        assert [r.outcome for r in runs].count(Outcome.SUCCEEDED) == 1, runs
-        assert all(r.outcome in (Outcome.LOST, Outcome.RELEASED) for r in runs[:-1]), runs
+        told = [(r.attempt, r.outcome, r.session_id, r.started_at, r.finished_at) for r in runs]
+        assert [r.outcome for r in runs].count(Outcome.SUCCEEDED) == 1, (job_id, told)
+        unfinished = (Outcome.LOST, Outcome.RELEASED, Outcome.STALE)
+        assert all(r.outcome in unfinished for r in runs[:-1]), (
+            job_id, told, job.attempt,
+        )  # fmt: skip
 
 
 def stop(*procs: subprocess.Popen[bytes]) -> None:

@@ -865,10 +865,18 @@ FOR SHARE;
 
 -- name: lease_acquire
 -- Take a free or expired lease (the term grows), or renew our own live one (same term).
-WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+-- A lease row locked by a pass in progress (lease_check's FOR SHARE) is not waited for:
+-- nothing is taken now, the next try sees it again. A holder stopped in the middle of a
+-- pass keeps that lock until the server ends its idle transaction (the lease's ttl), and
+-- a worker trying for the lease would wait all that time on one of the few pooled
+-- connections its claims need (`free` locks the row first, so the upsert never waits).
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
+free AS (SELECT name FROM plunder_leases WHERE name = %(name)s FOR UPDATE SKIP LOCKED)
 INSERT INTO plunder_leases (name, holder, term, acquired_at, expires_at)
 SELECT %(name)s, %(holder)s, 1, clock.now, clock.now + %(ttl)s * interval '1 second'
 FROM clock
+WHERE EXISTS (SELECT FROM free)
+   OR NOT EXISTS (SELECT FROM plunder_leases WHERE name = %(name)s)
 ON CONFLICT (name) DO UPDATE SET
     -- excluded.acquired_at is this statement's now
     term = CASE WHEN plunder_leases.holder = excluded.holder

@@ -331,6 +331,17 @@ reported AS (
     FROM clock WHERE s.id = %(session_id)s AND s.labels <> '{}' AND s.expires_at > clock.now
 )
 
+-- name: session_free
+-- A labelled session's free slots after a claim of several statements (a fair queue's,
+-- plunder.store.fairness): the slots it asked to fill, less the costs of all it took,
+-- counted by others' claims for 2 s (see migration 22); in the claim's transaction, as
+-- job_claim_many's `reported` step.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+UPDATE plunder_sessions AS s
+SET free_slots = GREATEST(%(free_slots)s::integer, 0),
+    free_until = clock.now + LEAST(s.expiry, 2.0) * interval '1 second'
+FROM clock WHERE s.id = %(session_id)s AND s.labels <> '{}' AND s.expires_at > clock.now;
+
 -- name: job_exchange
 -- A worker's turn in one statement: job_complete_notify over its finished jobs, then
 -- job_claim_many, committed together in one round trip (a transaction of the two costs
@@ -1320,7 +1331,7 @@ RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.status, j.attem
           j.limit_key, j.affinity, j.require, j.cost;
 
 -- name: fair_advance
--- batch. A group's turn taken: its virtual time moves on by delta (jobs taken / weight),
+-- batch. A group's turn taken: its virtual time moves on by delta (slots taken / weight),
 -- and to floor at least (a group with no job due: behind every other; NULL: no floor).
 UPDATE plunder_fair_groups AS g
 SET vtime = GREATEST(g.vtime + u.delta, u.floor)

@@ -170,6 +170,35 @@ def test_a_lease_locked_by_a_pass_in_progress_is_not_waited_for(
     assert taken is not None and taken.term == 2 and taken.holder == "b"
 
 
+def test_the_reaper_passes_by_a_session_row_held_by_a_heartbeat_in_progress(
+    store: Store, store_url: str, backend: str
+) -> None:
+    """A worker stopped in the middle of a heartbeat holds its session row until the
+    server ends its transaction: the reaper passes it by at once (waiting, it would hold a
+    pooled connection its own worker's claims need) and reaps it once that has ended."""
+    if backend == "sqlite":
+        pytest.skip("SQLite: a heartbeat in progress holds the database's one write lock")
+    t0 = store.now()
+    stopped = open_session(store, expiry=2, name="stopped", now=t0)
+    dead = open_session(store, expiry=2, name="dead", now=t0)
+    lease = store.lease_acquire("janitor", "a", 30, now=t0)
+    assert lease is not None
+    conn = raw_connect(store_url)  # the heartbeat, as its first statement leaves it
+    conn.execute("UPDATE plunder_sessions SET name = name WHERE id = %s", (stopped.id,))
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            reaping = pool.submit(store.session_reap_many, lease, now=later(t0, 3))
+            try:
+                assert reaping.result(timeout=5).sessions == (dead.id,)
+            finally:
+                if not reaping.done():  # waiting on the lock: end the heartbeat to free it
+                    conn.rollback()
+    finally:
+        conn.rollback()
+        conn.close()
+    assert store.session_reap_many(lease, now=later(t0, 3)).sessions == (stopped.id,)
+
+
 def test_janitor_writes_under_a_stale_term_are_refused(store: Store) -> None:
     t0 = store.now()
     enqueue(store, JobSpec("t", timeout=1), now=t0)

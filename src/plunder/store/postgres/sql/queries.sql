@@ -740,9 +740,15 @@ WHERE expires_at > COALESCE(%(now)s::timestamptz, statement_timestamp())
 ORDER BY started_at, id;
 
 -- name: session_expired
+-- Expired sessions, the earliest first, locked for session_delete_many in this transaction.
+-- A row another transaction holds is skipped, not waited for: a worker stopped in the
+-- middle of a heartbeat holds its session row until the server ends its idle transaction,
+-- and a janitor waiting for it would hold one of its worker's pooled connections, which
+-- that worker's claims need. The next pass sees it again.
 SELECT id FROM plunder_sessions
 WHERE expires_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
-ORDER BY expires_at LIMIT %(limit)s;
+ORDER BY expires_at LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
 
 -- name: session_delete_many
 DELETE FROM plunder_sessions

@@ -933,7 +933,7 @@ ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT :limit;
 
 -- name: fair_advance
--- batch. A group's turn taken: its virtual time moves on by :delta (jobs taken / weight),
+-- batch. A group's turn taken: its virtual time moves on by :delta (slots taken / weight),
 -- and to :floor at least (a group with no job due: behind every other).
 UPDATE plunder_fair_groups SET vtime = max(vtime + :delta, coalesce(:floor, vtime + :delta))
 WHERE queue = :queue AND group_name = :group;

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from plunder import errors, graph
+from plunder import graph
 from plunder.app import App
 from plunder.graph import Edge, WorkflowState
 from plunder.handle import Job
@@ -120,14 +120,9 @@ class Flow:
         ValueError for a cycle (nothing is stored then)."""
         if not self.specs:
             raise ValueError("an empty flow: add a job first")
-        store = self.app.store
-        if not hasattr(store, "flow_enqueue"):
-            raise errors.ConfigError(
-                f"workflows are enqueued on the database, not through {store.dialect}: "
-                "give the App the database's URL"
-            )
         self.app.declare_partitions()
-        ids = store.flow_enqueue(self.specs, self.edges)
+        # on the database, or through a gateway (one request, one transaction there)
+        ids = self.app.store.flow_enqueue(self.specs, self.edges)
         return Workflow(self.app, ids)
 
     def _add(self, step: Call, after: After, on_failure: str) -> Node:

@@ -1,11 +1,13 @@
-"""Jobs to enqueue as JSON, for the gateway's producers (plunder.wire has the rest)."""
+"""Jobs to enqueue as JSON, for the gateway's producers, and the edges of a workflow both
+ways: enqueued with its jobs, and read back with them (plunder.wire has the rest)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from plunder.graph import Edge, Link, WorkflowState
 from plunder.model import JobSpec, Limit
-from plunder.wire import MISSING, Fields, WireError
+from plunder.wire import MISSING, Fields, WireError, job_in, job_out
 
 
 def spec_out(spec: JobSpec) -> dict[str, Any]:
@@ -58,3 +60,56 @@ def spec_in(data: Any) -> JobSpec:
     values["limit"] = _limit_in(f.take("limit", object, None))
     f.done()
     return JobSpec(**values)
+
+
+# -- workflows (plunder.flows): edges as enqueued, and as read back -------------------------
+_ID_LIMIT = 2**63  # a job id is a signed 64-bit integer
+
+
+def edge_out(edge: Edge) -> dict[str, Any]:
+    return {"parent": edge.parent, "child": edge.child, "on_failure": edge.on_failure,
+            "new": edge.new}  # fmt: skip
+
+
+def edge_in(data: Any) -> Edge:
+    """An edge of a workflow to enqueue: ``child`` an index in its jobs, ``parent`` one too
+    (``new``, the default) or the id of a job enqueued before (``"new": false``)."""
+    f = Fields(data, "an edge")
+    edge = Edge(
+        parent=f.take("parent", int),
+        child=f.take("child", int),
+        on_failure=f.take("on_failure", str, "skip"),
+        new=f.take("new", bool, True),
+    )
+    f.done()
+    if not (0 <= edge.parent < _ID_LIMIT and 0 <= edge.child < _ID_LIMIT):
+        raise WireError("an edge: 'parent' and 'child' must be from 0 to 2**63 - 1")
+    return edge
+
+
+def link_out(link: Link) -> dict[str, Any]:
+    return {"parent_id": link.parent_id, "child_id": link.child_id, "on_failure": link.on_failure}
+
+
+def link_in(data: Any) -> Link:
+    f = Fields(data, "an edge")
+    link = Link(f.take("parent_id", int), f.take("child_id", int), f.take("on_failure", str))
+    f.done()
+    return link
+
+
+def workflow_out(state: WorkflowState) -> dict[str, Any]:
+    return {
+        "id": state.id,
+        "jobs": [job_out(job) for job in state.jobs],
+        "edges": [link_out(link) for link in state.links],
+    }
+
+
+def workflow_in(data: Any) -> WorkflowState:
+    f = Fields(data, "a workflow")
+    state = WorkflowState(
+        f.take("id", int), tuple(f.items("jobs", job_in)), tuple(f.items("edges", link_in))
+    )
+    f.done()
+    return state

@@ -1,7 +1,8 @@
 """Chaos through the gateway, with real processes and real signals (the gateway's share of
 the chaos suite): a gateway killed mid-exchange while two others serve (G1), a remote
 worker SIGSTOPped past its session's expiry (G2), a key revoked mid-job (G3), and the
-database restarted under a gateway (G4). Each ends with every job finished once, by the
+database restarted under a gateway (G4), a remote worker partitioned from its gateway (G5)
+and one stopped after its gateway died (G6). Each ends with every job finished once, by the
 run history the database keeps."""
 
 from __future__ import annotations
@@ -29,13 +30,18 @@ from tests.worker.conftest import wait_for
 
 def finished_once(store: Store, ids: list[int]) -> None:
     """Every job succeeded, by exactly one run; any run before it ended unfinished (lost
-    with its session, or given back), never with a result of its own."""
+    with its session, given back, or its result refused because its session had expired
+    when the result arrived: stale), never with a result of its own."""
     for job_id in ids:
         job = store.job_get(job_id)
         assert job.status is Status.SUCCEEDED, (job_id, job.status, job.error)
         runs = store.job_runs(job_id)
-        assert [r.outcome for r in runs].count(Outcome.SUCCEEDED) == 1, runs
-        assert all(r.outcome in (Outcome.LOST, Outcome.RELEASED) for r in runs[:-1]), runs
+        told = [(r.attempt, r.outcome, r.session_id, r.started_at, r.finished_at) for r in runs]
+        assert [r.outcome for r in runs].count(Outcome.SUCCEEDED) == 1, (job_id, told)
+        unfinished = (Outcome.LOST, Outcome.RELEASED, Outcome.STALE)
+        assert all(r.outcome in unfinished for r in runs[:-1]), (
+            job_id, told, job.attempt,
+        )  # fmt: skip
 
 
 def stop(*procs: subprocess.Popen[bytes]) -> None:
@@ -234,3 +240,37 @@ def test_g5_a_remote_worker_partitioned_from_its_gateway(
             proxy.mode = "pass"
             stop(cut_off)
     assert "SESSION LOST" in log.read_text()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+@pytest.mark.parametrize("running", [False, True], ids=["idle", "running"])
+def test_g6_a_remote_worker_stops_soon_after_its_gateway_died(
+    keys: Keys, store: Store, store_url: str, tmp_path: Path, running: bool
+) -> None:
+    """SIGTERM after the gateway is gone: the worker judges its session lost at its
+    expiry (1.5 s here), gives up the calls still trying the dead gateway (they would
+    try for their whole budget otherwise) and exits, its close bounded like a heartbeat."""
+    alone = support.start(store_url, tmp_path)
+    log = tmp_path / "worker.log"
+    worker = remote_worker(alone, keys.gpu_worker, log, "-c", "2", "--grace", "60")
+    try:
+        serving(store, 1)
+        if running:
+            (job,) = store.job_enqueue_ids([JobSpec("whoami", [60.0], queue="llm")])
+            wait_for(lambda: store.job_get(job).status is Status.RUNNING, timeout=30,
+                     what="the job's start")  # fmt: skip
+        alone.process.kill()
+        alone.process.wait()
+        time.sleep(0.5)  # its next exchange or heartbeat meets the refusal
+        worker.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        try:
+            worker.wait(timeout=20)  # each call's budget alone would be 3 s, the stop 60 s
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running 20 s after SIGTERM: {log.read_text()[-3000:]}")
+        took = time.monotonic() - started
+        assert took < 10, (took, log.read_text()[-3000:])
+    finally:
+        stop(worker)
+        alone.stop()
+    assert worker.returncode == 0 and "Traceback" not in log.read_text(), log.read_text()[-3000:]

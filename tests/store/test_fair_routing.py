@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from plunder.model import JobSpec, Session, TaskInfo
 from plunder.store import Store
-from tests.store.helpers import claim, enqueue
+from tests.store.helpers import claim, enqueue, later
 
 
 def worker(
@@ -72,3 +72,54 @@ def test_slot_cost_holds_in_a_fair_queue(store: Store) -> None:
     assert tags(store, big, 4) == []
     assert tags(store, big, 5) == ["a5"]
     assert tags(store, big, 4) == ["b1"]
+
+
+def test_a_groups_turn_shares_slots_not_jobs(store: Store) -> None:
+    """Two groups always backlogged, one's jobs costing 2 slots each, the other's 1: each
+    gets half of the slots, not half of the jobs (which would give the costly one 2/3)."""
+    store.fair_declare("q")
+    enqueue(store, *(job("big", "big", cost=2) for _ in range(20)))
+    enqueue(store, *(job("small", "small") for _ in range(40)))
+    session = worker(store, "w", slots=8)
+    slots = {"big": 0, "small": 0}
+    for _ in range(6):
+        for found in claim(store, session, limit=4, queues=("q",)):
+            slots[str(found.args[0])] += found.cost
+    assert slots == {"big": 12, "small": 12}
+
+
+def test_a_job_costing_more_than_its_groups_share_still_runs(store: Store) -> None:
+    """A group's first job of its turn may go past its share of the claim (its virtual
+    time then moves on by all it took), or a job costing more than any share never runs."""
+    store.fair_declare("q")
+    enqueue(store, job("big", "big", cost=3), job("big", "big", cost=3))
+    enqueue(store, *(job("small", "small") for _ in range(6)))
+    session = worker(store, "w", slots=8)
+    # shares of 2 each: big's first job (3) goes past its share, small takes 1 of its 2
+    assert sorted(tags(store, session, 4)) == ["big", "small"]
+    # big is 3 slots along, small 1: small's turn, all of it
+    assert tags(store, session, 2) == ["small", "small"]
+    assert sorted(tags(store, session, 4)) == ["big", "small"]
+
+
+def test_jobs_taken_in_a_groups_turn_count_in_a_labelled_workers_free_slots(
+    store: Store,
+) -> None:
+    """A labelled worker's free slots, as the others' claims read them, are less all its
+    claim took in a fair queue's groups' turn: a job preferring its labels then goes
+    elsewhere at once, instead of being left to it for the free-slot window."""
+    store.fair_declare("q")
+    holder = worker(store, "holder", labels=("model=m",), slots=4)
+    other = worker(store, "other")
+    enqueue(store, job("a", "a", cost=2), job("b", "b", cost=2))
+    (likes,) = enqueue(store, job("c", "likes-m", affinity={"model": "m"}, delay=1.0))
+    t0 = store.now()
+    store.session_heartbeat(holder.id, free_slots=4, now=t0)  # counted until t0 + 2 s
+    # the groups' turn fills the holder's 4 slots
+    taken = claim(store, holder, limit=4, queues=("q",), now=t0)
+    assert sorted(str(j.args[0]) for j in taken) == ["a", "b"]
+    (found,) = [s for s in store.session_list() if s.id == holder.id]
+    assert found.free_slots == 0
+    # due now, its holder full: elsewhere at once
+    got = claim(store, other, limit=4, queues=("q",), now=later(t0, 1.5))
+    assert [j.id for j in got] == [likes.id]

@@ -181,3 +181,20 @@ def test_parents_ending_at_once_in_two_transactions_release_the_child_once(
         conn.close()
     (got,) = claim(store, session)
     assert got.id == d and store.job_get(d).status == Status.RUNNING
+
+
+def test_a_graph_s_edges_are_written_in_parts_of_one_transaction(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Edges go 10,000 to a statement (each part under the payload cap, the graph not):
+    here 3 to a statement, so that a fan-out and fan-in of 7 takes five parts."""
+    from plunder.store import edges
+
+    monkeypatch.setattr(edges, "EDGES_A_STATEMENT", 3)
+    graph = [Edge(0, i) for i in range(1, 8)] + [Edge(i, 8) for i in range(1, 8)]
+    ids = store.flow_enqueue(_specs(9), graph)
+    links = store.edge_list(ids)
+    assert sorted((link.parent_id, link.child_id) for link in links) == sorted(
+        (ids[e.parent], ids[e.child]) for e in graph
+    )
+    assert _status(store, ids[8]) is Status.WAITING

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from plunder import errors
 from plunder.model import JobSpec
 from plunder.states import Outcome, Status
 from plunder.store import Store, open_store
-from tests.store.helpers import claim, complete, enqueue, later, open_session
+from tests.store.helpers import claim, complete, enqueue, later, open_session, raw_connect
 
 
 def test_session_ids_are_unguessable_and_unique(store: Store) -> None:
@@ -136,6 +138,65 @@ def test_lease_terms_grow_with_every_change_of_holder(store: Store) -> None:
     third = store.lease_acquire("janitor", "a", 5, now=later(t0, 9.5))
     assert third is not None and third.term == 3
     assert store.lease_get("janitor") == third
+
+
+def test_a_lease_locked_by_a_pass_in_progress_is_not_waited_for(
+    store: Store, store_url: str, backend: str
+) -> None:
+    """A holder stopped in the middle of a pass keeps the lease row locked (lease_check's
+    FOR SHARE) until the server ends its transaction. Trying for the lease meanwhile takes
+    none at once, expired or not (a worker would wait with a pooled connection its claims
+    need), and takes it once that transaction has ended."""
+    if backend == "sqlite":
+        pytest.skip("SQLite: a pass in progress holds the database's one write lock")
+    t0 = store.now()
+    first = store.lease_acquire("janitor", "a", 5, now=t0)
+    assert first is not None
+    conn = raw_connect(store_url)  # the pass, as lease_check leaves it
+    conn.execute("SELECT term FROM plunder_leases WHERE name = 'janitor' FOR SHARE")
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            for at in (1, 6):  # live, then expired
+                trying = pool.submit(store.lease_acquire, "janitor", "b", 5, now=later(t0, at))
+                try:
+                    assert trying.result(timeout=5) is None
+                finally:
+                    if not trying.done():  # waiting on the lock: end the pass to free it
+                        conn.rollback()
+    finally:
+        conn.rollback()
+        conn.close()
+    taken = store.lease_acquire("janitor", "b", 5, now=later(t0, 6))
+    assert taken is not None and taken.term == 2 and taken.holder == "b"
+
+
+def test_the_reaper_passes_by_a_session_row_held_by_a_heartbeat_in_progress(
+    store: Store, store_url: str, backend: str
+) -> None:
+    """A worker stopped in the middle of a heartbeat holds its session row until the
+    server ends its transaction: the reaper passes it by at once (waiting, it would hold a
+    pooled connection its own worker's claims need) and reaps it once that has ended."""
+    if backend == "sqlite":
+        pytest.skip("SQLite: a heartbeat in progress holds the database's one write lock")
+    t0 = store.now()
+    stopped = open_session(store, expiry=2, name="stopped", now=t0)
+    dead = open_session(store, expiry=2, name="dead", now=t0)
+    lease = store.lease_acquire("janitor", "a", 30, now=t0)
+    assert lease is not None
+    conn = raw_connect(store_url)  # the heartbeat, as its first statement leaves it
+    conn.execute("UPDATE plunder_sessions SET name = name WHERE id = %s", (stopped.id,))
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            reaping = pool.submit(store.session_reap_many, lease, now=later(t0, 3))
+            try:
+                assert reaping.result(timeout=5).sessions == (dead.id,)
+            finally:
+                if not reaping.done():  # waiting on the lock: end the heartbeat to free it
+                    conn.rollback()
+    finally:
+        conn.rollback()
+        conn.close()
+    assert store.session_reap_many(lease, now=later(t0, 3)).sessions == (stopped.id,)
 
 
 def test_janitor_writes_under_a_stale_term_are_refused(store: Store) -> None:

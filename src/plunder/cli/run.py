@@ -163,7 +163,9 @@ def _gateway_link(state: State, app: App) -> HttpLink | None:
 
     deadlines = WorkerDeadlines.of(app.settings)  # as on the database: no call outlives them
     key = state.key or os.environ.get("PLUNDER_KEY")
-    client = Client(url, key, call_timeout=deadlines.call_timeout)
+    client = Client(
+        url, key, call_timeout=deadlines.call_timeout, busy_total=deadlines.call_timeout
+    )
     return HttpLink(client, heartbeat_timeout=deadlines.heartbeat_timeout)
 
 

@@ -8,14 +8,13 @@ from typing import Any
 import click
 from rich.table import Table
 
-from plunder import errors
 from plunder.cli.output import emit_json, json_option, literal, out, user_errors
 from plunder.cli.state import State, pass_state
 
 
 def relatives(store: Any, job_id: int) -> dict[str, list[int]]:
-    """The job's parents and children by id (none where the store has no edges: a
-    gateway's)."""
+    """The job's parents and children by id (through a gateway, those its key may see;
+    none where the store has no edges)."""
     if not hasattr(store, "edge_list"):
         return {"parents": [], "children": []}
     links = store.edge_list([job_id])
@@ -32,10 +31,9 @@ def relatives(store: Any, job_id: int) -> dict[str, list[int]]:
 @pass_state
 def workflow(state: State, /, job_id: int, cancel: bool, as_json: bool) -> None:
     """Show the workflow JOB_ID belongs to: each job, its state and the jobs it waits for;
-    with --cancel, cancel its jobs not started yet first (those running run on)."""
+    with --cancel, cancel its jobs not started yet first (those running run on). Through
+    a gateway (--db https://… --key …): the jobs that the key may see."""
     with user_errors():
-        if state.remote:
-            raise errors.ConfigError("workflow reads the database: give its URL (--db)")
         store = state.store()
         cancelled = store.flow_cancel(job_id) if cancel else None
         found = store.flow_get(job_id)

@@ -35,7 +35,7 @@ from starlette.routing import Route
 
 from plunder import dashboard
 from plunder.app import App
-from plunder.gateway import admin, observe, openapi, producers, schedules, workers
+from plunder.gateway import admin, observe, openapi, producers, schedules, workers, workflows
 from plunder.gateway.server import MAX_BODY, Gateway, handler, refusal, routes
 from plunder.janitor import Janitor, own_store
 
@@ -49,7 +49,12 @@ def create_app(url: str, *, pool_size: int = POOL_SIZE, max_body: int = MAX_BODY
     gateway = Gateway(app, max_body=max_body)
     table = [(p, m, n) for p, m, n in workers.ROUTES] + [
         (p, m, endpoint.__name__)
-        for p, m, endpoint in [*producers.ROUTES, *admin.ROUTES, *schedules.ROUTES]
+        for p, m, endpoint in [
+            *producers.ROUTES,
+            *workflows.ROUTES,
+            *admin.ROUTES,
+            *schedules.ROUTES,
+        ]
     ]
     document = openapi.schema(table)
 
@@ -59,6 +64,7 @@ def create_app(url: str, *, pool_size: int = POOL_SIZE, max_body: int = MAX_BODY
     endpoints: list[Any] = [
         *workers.routes(gateway),
         *routes(gateway, producers.ROUTES),
+        *routes(gateway, workflows.ROUTES),
         *routes(gateway, admin.ROUTES),
         *routes(gateway, schedules.ROUTES),
         Route("/openapi.json", openapi_json, methods=["GET"]),

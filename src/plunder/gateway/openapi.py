@@ -42,6 +42,8 @@ _SPEC = _object(
     limit={"type": ["object", "null"]}, affinity={"type": ["object", "null"]},
     require={"type": ["object", "null"]}, cost=_INT,
 )  # fmt: skip
+_EDGE = _object(["parent", "child"], parent=_INT, child=_INT,
+                on_failure={"enum": ["skip", "fail", "run"]}, new=_BOOL)  # fmt: skip
 _HELLO = _object(["name", "host", "pid", "queues", "tasks", "expiry"], name=_STR, host=_STR,
                  pid=_INT, queues=_STRS, tasks={"type": "array", "items": _TASK},
                  expiry={"type": "number", "exclusiveMinimum": 0}, free_slots=_INT,
@@ -93,7 +95,12 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
         ["claim", "key", "seconds"], claim=_CLAIM, key=_STR, seconds={"type": "number"}
     ),
     ("/v1/sessions/{session_id}/parent-results", "post"): _object(["claim"], claim=_CLAIM),
-    ("/v1/jobs", "post"): _object(["jobs"], jobs={"type": "array", "items": _SPEC}, records=_BOOL),
+    ("/v1/jobs", "post"): _object(
+        ["jobs"],
+        jobs={"type": "array", "items": _SPEC},
+        records=_BOOL,
+        edges={"type": "array", "items": _EDGE},
+    ),
     ("/v1/keys", "post"): _object(
         ["role"],
         role={"enum": ["worker", "producer", "reader", "admin"]},
@@ -116,7 +123,7 @@ SUMMARIES = {
     "queues": "Join and leave queues (those the key may use); the session's queues now",
     "pause_limit": "Pause the claimed job's limit key and give the job back (fenced)",
     "parent_results": "The results of the claimed job's parents in its workflow (fenced)",
-    "enqueue": "Enqueue jobs (one transaction)",
+    "enqueue": "Enqueue jobs, and a workflow's edges between them (one transaction)",
     "list_jobs": "A page of jobs, newest first (any key but an admin's names a queue)",
     "get_job": "A job",
     "result": "A job once finished; ?wait= long-polls",
@@ -126,6 +133,9 @@ SUMMARIES = {
     "cancel": "Cancel a job",
     "retry": "Retry a finished job",
     "task": "A task as its workers published it",
+    "workflow": "The workflow a job is in: its jobs and edges (those the key may see)",
+    "workflow_edges": "The edges into and out of a job (to jobs the key may see)",
+    "workflow_cancel": "Cancel the jobs of a job's workflow not started (those the key may see)",
     "keys_list": "The API keys, never a secret (an admin key)",
     "keys_create": "Make an API key; its secret is answered this once (an admin key)",
     "keys_revoke": "Revoke an API key and end the sessions it opened (an admin key)",

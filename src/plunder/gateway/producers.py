@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from plunder import errors, wire, wire_specs
 from plunder.access import ApiKey, Role
+from plunder.gateway import workflows
 from plunder.gateway.auth import KEY_TTL, Refused
 from plunder.gateway.server import (
     MAX_WAIT,
@@ -31,6 +32,7 @@ from plunder.gateway.server import (
     key_of,
     number,
 )
+from plunder.graph import Edge
 from plunder.handle import Job
 from plunder.model import JobRecord, JobSpec
 from plunder.states import is_terminal
@@ -48,20 +50,23 @@ async def _job(gateway: Gateway, key: ApiKey, job_id: int) -> JobRecord:
     return record
 
 
-def _specs(data: Any) -> tuple[list[JobSpec], bool]:
+def _specs(data: Any) -> tuple[list[JobSpec], bool, list[Edge] | None]:
     fields = wire.Fields(data, "an enqueue")
     specs = fields.items("jobs", wire_specs.spec_in)
     records = fields.take("records", bool, False)
+    edges = fields.items("edges", wire_specs.edge_in, None)  # a workflow (plunder.flows)
     fields.done()
     if not specs:
         raise wire.WireError("an enqueue: 'jobs' is empty")
-    return specs, records
+    return specs, records, edges
 
 
 async def enqueue(gateway: Gateway, request: Request) -> Response:
     key = await key_of(gateway, request, "write")
-    specs, records = _specs(await body(gateway, request))
+    specs, records, edges = _specs(await body(gateway, request))
     await gateway.require_queues(key, sorted({s.queue for s in specs}))
+    if edges is not None:
+        return await workflows.enqueue(gateway, key, specs, edges, records)
     if records:
         jobs = await run_in_threadpool(gateway.store.job_enqueue_many, specs)
         return JSONResponse({"jobs": [wire.job_out(j) for j in jobs]}, status_code=201)

@@ -15,7 +15,7 @@ for this transaction and then finds its new edges.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from plunder import errors, payload
@@ -29,6 +29,15 @@ from plunder.store.enqueue import Enqueue
 from plunder.store.partitions import Partitions
 
 CANCELLED = ErrorInfo("plunder.Cancelled", "cancelled with its workflow")
+Visible = Callable[[str], bool]  # whether the caller may see the jobs of a queue
+
+
+EDGES_A_STATEMENT = 10_000  # [parent, child, policy] rows: well under 1 MiB of JSON
+
+
+def unknown_parents(job_ids: Sequence[int]) -> errors.JobNotFound:
+    """The refusal of parents unknown, or that the caller may not see (told alike)."""
+    return errors.JobNotFound(f"no job {', '.join(map(str, job_ids))} to wait for (unknown parent)")
 
 
 class Edges:
@@ -42,7 +51,12 @@ class Edges:
         self.limits = limits.Limits(engine)
 
     def flow_enqueue(
-        self, specs: Sequence[JobSpec], edges: Sequence[Edge], *, now: Now = None
+        self,
+        specs: Sequence[JobSpec],
+        edges: Sequence[Edge],
+        *,
+        now: Now = None,
+        visible: Visible | None = None,
     ) -> list[int]:
         ordered = order(len(specs), edges)
         into: dict[int, list[Edge]] = defaultdict(list)
@@ -64,17 +78,18 @@ class Edges:
             found = {
                 int(r["id"]): str(r["status"])
                 for r in tx.all("edge_parents_mark", ids=self.engine.list_in(before))
+                if visible is None or visible(str(r["queue"]))
             } if before else {}  # fmt: skip
             unknown = [job_id for job_id in before if job_id not in found]
             if unknown:
-                raise errors.JobNotFound(
-                    f"no job {', '.join(map(str, unknown))} to wait for (unknown parent)"
-                )
+                raise unknown_parents(unknown)
             self._settle_fresh(tx, ids, ordered=ordered, into=into, found=found, now=now)
             if edges:
                 rows = [[ids[e.parent] if e.new else e.parent, ids[e.child], e.on_failure]
                         for e in edges]  # fmt: skip
-                tx.all("edge_insert", rows=payload.encode(rows, what="edges"))
+                for at in range(0, len(rows), EDGES_A_STATEMENT):  # each under the payload cap
+                    chunk = rows[at : at + EDGES_A_STATEMENT]
+                    tx.all("edge_insert", rows=payload.encode(chunk, what="edges"))
                 fresh = sorted({ids[e.parent] for e in edges if e.new})
                 if fresh:
                     tx.all("edge_parents_mark", ids=self.engine.list_in(fresh))
@@ -141,13 +156,18 @@ class Edges:
 
         return self.engine.run(op, write=False)
 
-    def flow_cancel(self, job_id: int, *, now: Now = None) -> list[int]:
+    def flow_cancel(
+        self, job_id: int, *, now: Now = None, visible: Visible | None = None
+    ) -> list[int]:
         def op(tx: Tx) -> list[int]:
             clock = tx.clock(now)
-            _, rows = tx.table("flow_jobs", job_id=int(job_id))
+            names, rows = tx.table("flow_jobs", job_id=int(job_id))
             if not rows:
                 raise errors.JobNotFound(f"no job {job_id}")
-            members = self.engine.list_in([int(r[0]) for r in rows])
+            queue = names.index("queue")
+            members = self.engine.list_in(
+                [int(r[0]) for r in rows if visible is None or visible(str(r[queue]))]
+            )
             cancelled: list[int] = []
             keys: set[str] = set()
             # again while a cancelled job's child was made pending by the trigger

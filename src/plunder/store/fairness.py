@@ -6,13 +6,14 @@ Each group of a fair queue with pending jobs has a row with a *virtual time*. A 
 
 ```
  fair_turn   the next few groups, lowest virtual time first (plunder_fair_groups_turn)
-   ─▶ shares   group g's i-th job is due at vtime_g + i / weight_g: the `limit` first of
-               those say how many each group gets
-   ─▶ fair_walk  each group's share of its due jobs in claim order (priority first), on
-               plunder_jobs_fair (an index range of that group alone: never the others'
-               jobs), with the plain claim's filters (labels, cost)
+   ─▶ shares   group g's i-th slot is due at vtime_g + i / weight_g: the `limit` first of
+               those say how many slots each group gets
+   ─▶ fair_walk  each group's due jobs in claim order (priority first) while their costs
+               fit its share, on plunder_jobs_fair (an index range of that group alone:
+               never the others' jobs), with the plain claim's filters (labels, cost)
    ─▶ claim    the jobs found (job_claim_many on SQLite, fair_claim on PostgreSQL)
-   ─▶ fair_advance  a group served: vtime + taken / weight; one with none due: behind all
+   ─▶ fair_advance  a group served: vtime + slots taken / weight; none due: behind all
+   ─▶ session_free  a labelled session's free slots, less all the claim took
 ```
 
 An enqueue makes the rows of new groups at the queue's lowest virtual time (served within
@@ -23,7 +24,10 @@ order, whenever the groups' turn did not fill it: a fair queue never stalls on i
 
 The claim's ``limit`` is slots: jobs are taken while their costs fit what is left of it,
 and the first that does not fit ends the claim, as in a plain claim (decision 0019).
-Shares count jobs, whatever they cost.
+Shares count slots too, so a group of costly jobs gets the slots of its weight, not as
+many jobs as a group of cheap ones: a group takes its jobs while their costs fit its share,
+but its first job of a walk even past it (its virtual time then moves on by all it took,
+so it gets that much less after), else a job costing more than a share would never run.
 """
 
 from __future__ import annotations
@@ -68,8 +72,8 @@ def check_weights(weights: Mapping[str, float] | None) -> dict[str, float]:
 
 
 def shares(groups: Sequence[FairGroup], limit: int) -> list[int]:
-    """How many jobs each group gets of a claim of ``limit``, were each backlogged: the
-    ``limit`` smallest of vtime + i / weight (ties to the group read first)."""
+    """How many slots each group gets of a claim of ``limit`` slots, were each backlogged:
+    the ``limit`` smallest of vtime + i / weight (ties to the group read first)."""
     heap = [(g.vtime + 1 / g.weight, n, 1) for n, g in enumerate(groups)]
     heapq.heapify(heap)
     taken = [0] * len(groups)
@@ -90,22 +94,27 @@ class _Taken:
         self.suspect = False
         self.full = False
 
-    def take(self, rows: Sequence[Any]) -> int:
-        """Add the ids of ``rows`` in order while their costs fit, but a suspect after the
-        first of the claim; how many."""
-        got = 0
-        for row in rows:
+    def take(self, rows: Sequence[Any], share: int) -> tuple[int, int]:
+        """Add the ids of ``rows`` (one group's walk) in order while their costs fit the
+        slots left and the group's ``share`` of slots, the first even past its share; a
+        suspect only as the first of the claim (the others stepped over). How many rows
+        it went through (taken or stepped over), and the slots it took."""
+        used = 0
+        for n, row in enumerate(rows):
             if int(row["losses"]) >= SUSPECT_LOSSES:
                 if self.suspect:
                     continue
                 self.suspect = True
-            if int(row["cost"]) > self.slots:
+            cost = int(row["cost"])
+            if used and used + cost > share:
+                return n, used  # its share is spent: the rest wait for its next turn
+            if cost > self.slots:
                 self.full = True
-                break
-            self.slots -= int(row["cost"])
+                return n, used
+            self.slots -= cost
             self.ids.append(int(row["id"]))
-            got += 1
-        return got
+            used += cost
+        return len(rows), used
 
 
 class Fairness:
@@ -202,9 +211,10 @@ class Fairness:
         clock: Any,
         plain: Plain,
     ) -> Claimed:
-        """Claim up to ``limit``: the fair queues' groups in turn; the other queues by
+        """Claim up to ``limit`` slots: the fair queues' groups in turn; the other queues by
         ``plain`` (first every other claim, so neither kind starves the other); then, for
-        what is left, ``plain`` over the fair queues too (jobs no group's row shows)."""
+        what is left, ``plain`` over the fair queues too (jobs no group's row shows). The
+        session's free slots are reported once, for all of it (session_free)."""
         fair = self.among(queues, read=False)
         others = [q for q in queues if q not in fair]
         names: list[str] = []
@@ -220,16 +230,18 @@ class Fairness:
 
         if others and next(self._turn) % 2:
             add(plain(others, limit))
+        full = False  # a group's job did not fit: the claim ends there
         if left > 0:
             found, full = self._turn_of(tx, session_id, queues=fair, tasks=tasks, limit=left,
                                         take_suspect=take_suspect, clock=clock)  # fmt: skip
             add(found)
-            if full:  # a group's job did not fit: the claim ends there
-                return names, rows
-        if others and left > 0:
+        if others and left > 0 and not full:
             add(plain(others, left))
-        if left > 0:
+        if left > 0 and not full:
             add(plain(fair, left))
+        # a labelled session's free slots less all this claim took: a plain claim reports
+        # its own part only, the groups' turn nothing
+        tx.all("session_free", session_id=session_id, free_slots=max(left, 0), now=clock)
         return names, rows
 
     def _turn_of(
@@ -279,13 +291,13 @@ class Fairness:
     def _rounds(
         self, tx: Tx, groups: list[FairGroup], limit: int, walk: dict[str, Any]
     ) -> tuple[_Taken, list[int], list[bool]]:
-        """Each group's share of its due jobs (shares of ``limit``, the claim's slots,
-        counted in jobs); what the groups that ran out left, shared again among the others
-        (ROUNDS at most), until a job does not fit the slots left. What it took, how many
-        each group gave, and which ran out."""
+        """Each group's share of ``limit``, the claim's slots, taken of its due jobs; what
+        the groups that ran out left, shared again among the others (ROUNDS at most), until
+        a job does not fit the slots left. What it took, the slots each group gave, and
+        which ran out."""
         got = _Taken(limit)
-        taken = [0] * len(groups)
-        after: list[tuple[Any, ...]] = [(None,) * 3] * len(groups)  # the last row walked
+        taken = [0] * len(groups)  # slots
+        after: list[tuple[Any, ...]] = [(None,) * 3] * len(groups)  # the last row gone through
         done = [False] * len(groups)  # no more due jobs
         for _ in range(ROUNDS):
             live = [n for n in range(len(groups)) if not done[n]]
@@ -295,16 +307,19 @@ class Fairness:
                 if not share or got.full:
                     continue
                 group = groups[n]
+                # at most `share` jobs fit its share: each costs a slot or more
                 rows = tx.all(
                     "fair_walk", queue=group.queue, group=group.group, limit=share,
                     after_priority=after[n][0], after_run_at=after[n][1],
                     after_id=after[n][2], **walk,
                 )  # fmt: skip
-                if rows:
-                    after[n] = (rows[-1]["priority"], rows[-1]["run_at"], rows[-1]["id"])
-                taken[n] += got.take(rows)
+                went, used = got.take(rows, share)
+                if went:
+                    last = rows[went - 1]
+                    after[n] = (last["priority"], last["run_at"], last["id"])
+                taken[n] += used
                 # ran out, unless a job of its did not fit: it keeps its place in turn
-                done[n] = len(rows) < share and not got.full
+                done[n] = went == len(rows) < share and not got.full
             if got.slots <= 0 or got.full or all(done):
                 break
         return got, taken, done

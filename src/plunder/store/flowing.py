@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -15,22 +15,31 @@ Now = datetime | None
 
 class FlowOps(Protocol):
     def flow_enqueue(
-        self, specs: Sequence[JobSpec], edges: Sequence[Edge], *, now: Now = None
+        self,
+        specs: Sequence[JobSpec],
+        edges: Sequence[Edge],
+        *,
+        now: Now = None,
+        visible: Callable[[str], bool] | None = None,
     ) -> list[int]:
         """Insert the jobs and the edges between them (and to jobs enqueued before) in one
         transaction; their ids in input order. A child with a parent not ended waits; one
         whose parents have all ended is pending, or skipped / failed at once by a parent's
-        failure as its edge says. JobNotFound for an unknown parent, ValueError for a
-        cycle; a child can have neither a key nor a limit."""
+        failure as its edge says. JobNotFound for an unknown parent (or one of a queue
+        that ``visible`` refuses: told alike), ValueError for a cycle; a child can have
+        neither a key nor a limit."""
         ...
 
     def flow_get(self, job_id: int) -> WorkflowState:
         """The workflow of ``job_id``: every job its edges join it to, either way."""
         ...
 
-    def flow_cancel(self, job_id: int, *, now: Now = None) -> list[int]:
+    def flow_cancel(
+        self, job_id: int, *, now: Now = None, visible: Callable[[str], bool] | None = None
+    ) -> list[int]:
         """Cancel the jobs of the workflow of ``job_id`` not started yet (pending or
-        waiting); those running run on. Returns the ids cancelled."""
+        waiting); those running run on, and so do those of a queue that ``visible``
+        refuses. Returns the ids cancelled."""
         ...
 
     def edge_list(self, job_ids: Sequence[int]) -> list[Link]:

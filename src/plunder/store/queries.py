@@ -23,7 +23,6 @@ DIALECT_ONLY: dict[str, frozenset[str]] = {
             "job_claim_rest",
             "job_next_due_level",
             "job_next_due_rest",
-            "session_free",  # a claim's free-slot report (PostgreSQL's is in the claim)
         }
     ),
     "postgres": frozenset(

@@ -3,7 +3,7 @@ limits, schedules), delegated to their parts: the half of SQLStore beside its co
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -51,15 +51,22 @@ class FeatureOps:
 
     # -- workflows (plunder.store.edges) ----------------------------------------------------
     def flow_enqueue(
-        self, specs: Sequence[JobSpec], edges: Sequence[Edge], *, now: Now = None
+        self,
+        specs: Sequence[JobSpec],
+        edges: Sequence[Edge],
+        *,
+        now: Now = None,
+        visible: Callable[[str], bool] | None = None,
     ) -> list[int]:
-        return self.edges.flow_enqueue(specs, edges, now=now)
+        return self.edges.flow_enqueue(specs, edges, now=now, visible=visible)
 
     def flow_get(self, job_id: int) -> WorkflowState:
         return self.edges.flow_get(job_id)
 
-    def flow_cancel(self, job_id: int, *, now: Now = None) -> list[int]:
-        return self.edges.flow_cancel(job_id, now=now)
+    def flow_cancel(
+        self, job_id: int, *, now: Now = None, visible: Callable[[str], bool] | None = None
+    ) -> list[int]:
+        return self.edges.flow_cancel(job_id, now=now, visible=visible)
 
     def edge_list(self, job_ids: Sequence[int]) -> list[Link]:
         return self.edges.edge_list(job_ids)

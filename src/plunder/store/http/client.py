@@ -10,6 +10,7 @@ or 503 before doing anything).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import ssl
 import threading
@@ -75,6 +76,11 @@ class Client:
         self._lock = threading.Lock()
         self._preferred = 0  # the gateway that answered last
         self._closed = False
+        # cut(): calls between tries then give up; the count tells a call it was cut
+        self._cuts = 0
+        self._cut_reason = ""
+        self._trying = 0  # calls in their loop of tries
+        self._cut_wake = threading.Condition(self._lock)
 
     def __repr__(self) -> str:  # never the key
         return f"Client({self.url!r})"
@@ -86,6 +92,15 @@ class Client:
     def close(self) -> None:
         self._closed = True
         self._http.close()
+
+    def cut(self, reason: str) -> int:
+        """From any thread: every call in its loop of tries gives up before its next try
+        (a lost session's calls would be refused anyway); how many calls there were."""
+        with self._cut_wake:
+            self._cuts += 1
+            self._cut_reason = reason
+            self._cut_wake.notify_all()
+            return self._trying
 
     def call(
         self,
@@ -108,9 +123,32 @@ class Client:
         backoff = policy.BusyBackoff(total=total)
         limit = (self.call_timeout if timeout is None else timeout) + wait
         request: dict[str, Any] = {"method": method, "json": json, "params": params}
+        with self._trying_call() as cuts:
+            return self._tries(path, request, idempotent, cuts, (deadline, limit, backoff))
+
+    @contextlib.contextmanager
+    def _trying_call(self) -> Iterator[int]:
+        """Count a call as trying (for cut()); the cuts so far, which it compares."""
+        with self._lock:
+            self._trying += 1
+            cuts = self._cuts
+        try:
+            yield cuts
+        finally:
+            with self._lock:
+                self._trying -= 1
+
+    def _tries(
+        self, path: str, request: dict[str, Any], idempotent: bool, cuts: int,
+        budget: tuple[float | None, float, policy.BusyBackoff],
+    ) -> Any:  # fmt: skip
+        """The gateways in turn, round after round, until one answers, the budget (the
+        deadline, each try's limit, the pauses) is spent, or the call is cut."""
+        deadline, limit, backoff = budget
         failure: Exception | None = None
         while True:
             for index, base in self.gateways():
+                self._check_cut(cuts)
                 left = limit if deadline is None else deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -127,9 +165,15 @@ class Client:
                 pause = min(pause, deadline - time.monotonic())
             if pause is None or pause <= 0 or self._closed:
                 if failure is None:
-                    raise errors.StoreUnavailable(f"{self.url}: no answer within {timeout}s")
+                    raise errors.StoreUnavailable(f"{self.url}: no answer within {limit:g}s")
                 raise failure
-            time.sleep(pause)
+            with self._cut_wake:
+                self._cut_wake.wait_for(lambda: self._cuts != cuts, timeout=pause)
+
+    def _check_cut(self, cuts: int) -> None:
+        with self._lock:
+            if self._cuts != cuts:
+                raise errors.StoreUnavailable(f"{self.url}: call given up: {self._cut_reason}")
 
     def _try(
         self, base: str, path: str, request: dict[str, Any], idempotent: bool

@@ -122,16 +122,19 @@ class HttpLink:
     def close(
         self, session_id: str, *, started: Sequence[Claim] = (), lost: bool = False
     ) -> list[int]:
+        # worth trying as long as a heartbeat is: past that, the session expires anyway
         data = self.client.call(
             "POST",
             f"/v1/sessions/{session_id}/close",
             json={"started": [wire.claim_out(c) for c in started], "lost": lost},
+            timeout=self.heartbeat_timeout,
         )
         return [int(i) for i in data["released"]]
 
     def cut(self, reason: str) -> int:
-        """The turns in flight on the pipes (each other call has its own deadline)."""
-        return sum(pipe.cut(reason) for pipe in self._pipes)
+        """Give up the calls in flight: the turns on the pipes now, the others before
+        their next try (a gateway that is down would hold them until their deadline)."""
+        return sum(pipe.cut(reason) for pipe in self._pipes) + self.client.cut(reason)
 
     def pipe(self) -> HttpPipe:
         """Turns sent ahead, each on a connection of its own (a worker asks for one where

@@ -1,10 +1,10 @@
 """The producer's store through a gateway: ``plunder.App("https://host:8700", key=...)``.
 
-It offers what a producer and a reader use — enqueue, list, read, cancel, retry, runs,
-streams, published tasks — and an admin's keys (make, list, revoke), with waits done at
-the gateway (a result's long-poll, a stream's server-sent events). What needs the
-database itself (a worker's own operations, the janitor's, ``enqueue(conn=...)``) raises
-ConfigError naming what to use instead.
+It offers what a producer and a reader use — enqueue (workflows too), list, read, cancel,
+retry, runs, streams, published tasks, workflows read and cancelled — and an admin's keys
+(make, list, revoke), with waits done at the gateway (a result's long-poll, a stream's
+server-sent events). What needs the database itself (a worker's own operations, the
+janitor's, ``enqueue(conn=...)``) raises ConfigError naming what to use instead.
 """
 
 from __future__ import annotations
@@ -23,13 +23,15 @@ from plunder.access import ApiKey
 from plunder.model import JobPage, JobRecord, JobSpec, Run, StreamEvent, TaskInfo
 from plunder.states import is_terminal
 from plunder.store.http.client import Client, error_of
+from plunder.store.http.flows import MAX_BATCH, HttpFlows
+from plunder.store.http.flows import path_id as _id
 
-MAX_BATCH = 10_000  # jobs per enqueue request
 RESULT_WAIT = 25.0  # seconds one long-poll for a result may last (a proxy may cut longer)
 
 
-class HttpStore:
-    """The producer's part of the Store protocol over a gateway (see the module)."""
+class HttpStore(HttpFlows):
+    """The producer's part of the Store protocol over a gateway (see the module), and
+    workflows (plunder.store.http.flows)."""
 
     dialect = "http"
     notifies = False
@@ -229,12 +231,6 @@ def _needs_database(what: str) -> str:
         f"{what} needs the database itself, not a gateway: use a postgresql:// or "
         "sqlite:/// URL for it"
     )
-
-
-def _id(job_id: int) -> int:
-    if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id < 1:
-        raise errors.JobNotFound(f"no job {job_id!r}")
-    return job_id
 
 
 def _key_in(data: Any) -> ApiKey:

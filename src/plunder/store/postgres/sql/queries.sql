@@ -331,6 +331,17 @@ reported AS (
     FROM clock WHERE s.id = %(session_id)s AND s.labels <> '{}' AND s.expires_at > clock.now
 )
 
+-- name: session_free
+-- A labelled session's free slots after a claim of several statements (a fair queue's,
+-- plunder.store.fairness): the slots it asked to fill, less the costs of all it took,
+-- counted by others' claims for 2 s (see migration 22); in the claim's transaction, as
+-- job_claim_many's `reported` step.
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+UPDATE plunder_sessions AS s
+SET free_slots = GREATEST(%(free_slots)s::integer, 0),
+    free_until = clock.now + LEAST(s.expiry, 2.0) * interval '1 second'
+FROM clock WHERE s.id = %(session_id)s AND s.labels <> '{}' AND s.expires_at > clock.now;
+
 -- name: job_exchange
 -- A worker's turn in one statement: job_complete_notify over its finished jobs, then
 -- job_claim_many, committed together in one round trip (a transaction of the two costs
@@ -795,9 +806,15 @@ WHERE expires_at > COALESCE(%(now)s::timestamptz, statement_timestamp())
 ORDER BY started_at, id;
 
 -- name: session_expired
+-- Expired sessions, the earliest first, locked for session_delete_many in this transaction.
+-- A row another transaction holds is skipped, not waited for: a worker stopped in the
+-- middle of a heartbeat holds its session row until the server ends its idle transaction,
+-- and a janitor waiting for it would hold one of its worker's pooled connections, which
+-- that worker's claims need. The next pass sees it again.
 SELECT id FROM plunder_sessions
 WHERE expires_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
-ORDER BY expires_at LIMIT %(limit)s;
+ORDER BY expires_at LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
 
 -- name: session_delete_many
 DELETE FROM plunder_sessions
@@ -931,10 +948,18 @@ FOR SHARE;
 
 -- name: lease_acquire
 -- Take a free or expired lease (the term grows), or renew our own live one (same term).
-WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now)
+-- A lease row locked by a pass in progress (lease_check's FOR SHARE) is not waited for:
+-- nothing is taken now, the next try sees it again. A holder stopped in the middle of a
+-- pass keeps that lock until the server ends its idle transaction (the lease's ttl), and
+-- a worker trying for the lease would wait all that time on one of the few pooled
+-- connections its claims need (`free` locks the row first, so the upsert never waits).
+WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
+free AS (SELECT name FROM plunder_leases WHERE name = %(name)s FOR UPDATE SKIP LOCKED)
 INSERT INTO plunder_leases (name, holder, term, acquired_at, expires_at)
 SELECT %(name)s, %(holder)s, 1, clock.now, clock.now + %(ttl)s * interval '1 second'
 FROM clock
+WHERE EXISTS (SELECT FROM free)
+   OR NOT EXISTS (SELECT FROM plunder_leases WHERE name = %(name)s)
 ON CONFLICT (name) DO UPDATE SET
     -- excluded.acquired_at is this statement's now
     term = CASE WHEN plunder_leases.holder = excluded.holder
@@ -1378,7 +1403,7 @@ RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.status, j.attem
           j.limit_key, j.affinity, j.require, j.cost;
 
 -- name: fair_advance
--- batch. A group's turn taken: its virtual time moves on by delta (jobs taken / weight),
+-- batch. A group's turn taken: its virtual time moves on by delta (slots taken / weight),
 -- and to floor at least (a group with no job due: behind every other; NULL: no floor).
 UPDATE plunder_fair_groups AS g
 SET vtime = GREATEST(g.vtime + u.delta, u.floor)
@@ -1642,10 +1667,10 @@ SELECT queue, on_failure FROM plunder_ordered_queues ORDER BY queue;
 
 -- name: edge_parents_mark
 -- The parents of a graph being enqueued get children: their rows are written (so a parent
--- ending meanwhile waits for this transaction) and their status read.
+-- ending meanwhile waits for this transaction) and their status and queue read.
 UPDATE plunder_jobs SET has_children = true
 WHERE id = ANY(%(ids)s::bigint[])
-RETURNING id, status;
+RETURNING id, status, queue;
 
 -- name: edge_insert
 -- %(rows)s, a JSON array of [parent, child, policy]

@@ -933,7 +933,7 @@ ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT :limit;
 
 -- name: fair_advance
--- batch. A group's turn taken: its virtual time moves on by :delta (jobs taken / weight),
+-- batch. A group's turn taken: its virtual time moves on by :delta (slots taken / weight),
 -- and to :floor at least (a group with no job due: behind every other).
 UPDATE plunder_fair_groups SET vtime = max(vtime + :delta, coalesce(:floor, vtime + :delta))
 WHERE queue = :queue AND group_name = :group;
@@ -1178,10 +1178,10 @@ SELECT queue, on_failure FROM plunder_ordered_queues ORDER BY queue;
 
 -- name: edge_parents_mark
 -- The parents of a graph being enqueued get children: their rows are written (so a parent
--- ending meanwhile waits for this transaction) and their status read.
+-- ending meanwhile waits for this transaction) and their status and queue read.
 UPDATE plunder_jobs SET has_children = 1
 WHERE id IN (SELECT value FROM json_each(:ids))
-RETURNING id, status;
+RETURNING id, status, queue;
 
 -- name: edge_insert
 -- :rows, a JSON array of [parent, child, policy]

@@ -74,6 +74,12 @@ def zombie(system: System, module: str = "plunder") -> tuple[str, int]:
     old = system.wait(lambda: system.session_of(paused), what="session").id
     system.enqueue([witness(sleep_ms=2500) for _ in range(3)])
     held = system.wait(lambda: len(system.running_on(old)) == 3 and 3, what="3 claims")
+    # and running: a claim whose task had not started yet when the worker froze is dropped
+    # on waking, before its task could try to commit
+    system.wait(
+        lambda: len({e["job"] for e in system.execs() if e["session"] == old}) == held,
+        what="the 3 tasks started",
+    )
     with system.paused(paused):
         early = [e for e in system.execs() if e["session"] == old and e["ev"] == "commit_try"]
         assert not early, f"the window was missed: the zombie committed before its pause {early}"

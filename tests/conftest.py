@@ -81,7 +81,11 @@ def _pg_database(cluster: pgcluster.Cluster, template: str | None) -> str:
     name = f"t_{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:6]}"
     with psycopg.connect(cluster.url(), autocommit=True) as conn:
         if template:
-            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+            # copying the template's files is two to four times faster than writing them
+            # block by block through the WAL (the default since PostgreSQL 15), and the
+            # checkpoint it takes is cheap on a test cluster: fsync is off
+            strategy = " STRATEGY FILE_COPY" if conn.info.server_version >= 150000 else ""
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"{strategy}')
         else:
             conn.execute(f'CREATE DATABASE "{name}"')
     return name

@@ -74,6 +74,12 @@ def zombie(system: System, module: str = "plunder") -> tuple[str, int]:
     old = system.wait(lambda: system.session_of(paused), what="session").id
     system.enqueue([witness(sleep_ms=2500) for _ in range(3)])
     held = system.wait(lambda: len(system.running_on(old)) == 3 and 3, what="3 claims")
+    # and running: a claim whose task had not started yet when the worker froze is dropped
+    # on waking, before its task could try to commit
+    system.wait(
+        lambda: len({e["job"] for e in system.execs() if e["session"] == old}) == held,
+        what="the 3 tasks started",
+    )
     with system.paused(paused):
         early = [e for e in system.execs() if e["session"] == old and e["ev"] == "commit_try"]
         assert not early, f"the window was missed: the zombie committed before its pause {early}"
@@ -162,7 +168,9 @@ def test_s02_crash_inside_the_completion_transaction(system: System) -> None:
 def test_s06_graceful_shutdown_releases_at_once(system: System) -> None:
     leaving = system.start(concurrency=4, extra=["--grace", "1.0"])
     sid = system.wait(lambda: system.session_of(leaving), what="session").id
-    system.enqueue([witness(sleep_ms=3000) for _ in range(2)])  # outlive the grace period
+    # outlive the grace period however long the second worker takes to start; run again
+    # by the other worker once released, they end at once
+    system.enqueue([witness(first_sleep_ms=10_000) for _ in range(2)])
     system.enqueue([witness(sleep_ms=300) for _ in range(2)])  # finish within it
     system.wait(lambda: len(system.running_on(sid)) == 4, what="4 claims")
     system.workers(1, concurrency=4)
@@ -198,7 +206,7 @@ def test_s06_second_signal_stops_at_once(system: System) -> None:
     slow that the window was missed) fails the scenario, saying so."""
     leaving = system.start(concurrency=4, extra=["--grace", "30"])
     sid = system.wait(lambda: system.session_of(leaving), what="session").id
-    system.enqueue([witness(sleep_ms=6000) for _ in range(3)])
+    system.enqueue([witness(first_sleep_ms=6000) for _ in range(3)])  # run again at once
     system.wait(lambda: len(system.running_on(sid)) == 3, what="3 claims")
     system.workers(1, concurrency=4)
     system.signal(leaving, signal.SIGTERM)

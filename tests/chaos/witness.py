@@ -63,6 +63,7 @@ def witness(
     sleep_until: float = 0.0,
     pad: str = "",  # ballast, to fill a disk
     lock_job: bool = False,  # hold the job's row lock for the whole transaction
+    first_sleep_ms: int = 0,  # on the first attempt only: outlive a worker, rerun at once
 ) -> dict[str, Any]:
     record("exec", ctx, uid=uid)
     if poison:
@@ -73,7 +74,8 @@ def witness(
     time.sleep(max(0.0, sleep_until - time.time()))  # a common moment (wall clock) for all
     if kill_point == "before_effects" and first:
         _die(ctx, kill_point)
-    time.sleep(sleep_ms / 1000)  # deliberately deaf to cancellation: a zombie must try
+    pause = sleep_ms + (first_sleep_ms if first else 0)
+    time.sleep(pause / 1000)  # deliberately deaf to cancellation: a zombie must try
     if ctx.attempt <= fail_times:
         raise RuntimeError(f"witness {uid} fails attempt {ctx.attempt} on purpose")
     result = {"uid": uid, "attempt": ctx.attempt, "session": ctx.claim.session_id}

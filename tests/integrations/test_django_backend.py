@@ -105,7 +105,7 @@ def test_enqueue_run_and_read_the_result(alias: str, django_setup: Any) -> None:
     assert result.return_value == 5 and result.attempts == 1 and len(result.worker_ids) == 1
     assert result.enqueued_at <= result.started_at <= result.finished_at
     assert result.last_attempted_at == result.started_at and result.errors == []
-    assert django_setup.add.get_result(result.id).return_value == 5
+    assert on(django_setup.add, alias).get_result(result.id).return_value == 5
 
 
 def test_a_failure_records_each_attempt_error(alias: str, django_setup: Any) -> None:

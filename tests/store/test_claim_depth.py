@@ -418,9 +418,23 @@ def test_new_statistics_once_the_live_rows_outgrow_those_a_vacuum_counted(
         assert row is not None
         return int(row[0]), int(row[1]), int(row[2])
 
+    def counted(column: str, rows: int) -> None:
+        """Wait until the server's statistics count ``rows`` in ``column``: a connection
+        reports its rows after its transactions, a moment later."""
+        deadline = time.monotonic() + 15
+        sql = f"SELECT {column} FROM pg_stat_user_tables WHERE relname = 'plunder_jobs'"
+        while (row := probe.execute(sql).fetchone()) is None or row[0] < rows:
+            assert time.monotonic() < deadline, f"the server never counted {rows} {column}"
+            time.sleep(0.2)
+            turns.job_list(limit=1)
+            probe.execute("SELECT pg_stat_clear_snapshot()")
+
     try:
         turns.job_enqueue_ids([JobSpec("t", [i], queue="old") for i in range(5_000)])
         probe.execute("DELETE FROM plunder_jobs WHERE id < (SELECT max(id) FROM plunder_jobs)")
+        # both counted before the VACUUM: a late report would undo the rows it counts
+        counted("n_tup_ins", 5_000)
+        counted("n_tup_del", 4_999)
         probe.execute("VACUUM plunder_jobs")
         kept, _, _ = table()
         assert kept > GROWTH_FLOOR_PAGES  # the pages stay, the rows counted are one
@@ -437,12 +451,7 @@ def test_new_statistics_once_the_live_rows_outgrow_those_a_vacuum_counted(
         assert turn([]) == []  # prepared while the statistics count one row
         assert turns.job_stats_refresh() is False  # the table is what they counted
         turns.job_enqueue_ids([JobSpec("t", [i]) for i in range(5_000)])
-        deadline = time.monotonic() + 15
-        while table()[2] < 5_000:  # a connection reports its rows after its transactions
-            assert time.monotonic() < deadline, "the server never counted the new rows"
-            time.sleep(0.2)
-            turns.job_list(limit=1)
-            probe.execute("SELECT pg_stat_clear_snapshot()")
+        counted("n_live_tup", 5_000)
         _, pages, _ = table()
         assert pages <= 2 * kept  # refilled within its pages: no tenfold growth
         assert turns.job_stats_refresh() is True

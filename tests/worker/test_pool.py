@@ -41,6 +41,13 @@ def test_many_jobs_reuse_the_same_children(worker: Worker) -> None:
 def test_a_child_past_its_jobs_timeout_is_killed_and_replaced(
     worker: Worker, tmp_path: Path
 ) -> None:
+    # both children started and running jobs first: the hung job's 0.5 s timeout counts
+    # from its claim, and a child still starting on a loaded machine would never run it
+    gate = tmp_path / "gate"
+    warm = [tasks.child_gate.enqueue(str(tmp_path / f"warm{i}"), str(gate)) for i in range(2)]
+    wait_for(lambda: all((tmp_path / f"warm{i}").exists() for i in range(2)), what="children")
+    gate.touch()
+    assert len({job.result(timeout=20) for job in warm}) == 2
     out = tmp_path / "pid"
     hung = tasks.child_hang.enqueue(str(out))
     with pytest.raises(JobFailed) as caught:

@@ -168,12 +168,15 @@ def test_a_paused_worker_is_fenced_and_carries_on_under_a_new_session(
     paused = workers.start("-c", "4")
     old_sid = wait_for(lambda: session_of(store, paused.pid), what="session")
     assert isinstance(old_sid, str)
+    # each task sleeps longer than it takes to see the claims and pause the worker (on a
+    # loaded machine, more than half a second)
     jobs = store.job_enqueue_many(
-        [JobSpec("effect", [f"tok-{i}", 0.6], max_attempts=3) for i in range(3)]
+        [JobSpec("effect", [f"tok-{i}", 1.5], max_attempts=3) for i in range(3)]
     )
     wait_for(lambda: len(_running_on(store, old_sid)) == 3, what="claims")
     _pause_outside_a_write(paused, workers.url)
     try:
+        assert _effects(workers.url) == [], "the window was missed: a task committed first"
         rescuer = workers.start("-c", "4")
         wait_for(
             lambda: all(store.job_get(j.id).status == Status.SUCCEEDED for j in jobs),

@@ -67,7 +67,10 @@ def test_g1_a_gateway_killed_mid_exchange_while_two_others_serve(
                for _ in range(2)]  # fmt: skip
     try:
         serving(store, 2)
-        ids = store.job_enqueue_ids([JobSpec("short", [i], queue="llm") for i in range(1500)])
+        # attempts to spare: a session (1.5 s) may expire on a loaded machine; a lost run
+        # must then end as finished_once allows, and its job run again
+        specs = [JobSpec("short", [i], queue="llm", max_attempts=3) for i in range(1500)]
+        ids = store.job_enqueue_ids(specs)
         wait_for(lambda: store.job_get(ids[300]).status is Status.SUCCEEDED, timeout=60,
                  what="the drain under way")  # fmt: skip
         gateway.process.send_signal(signal.SIGKILL)  # every worker's preferred gateway

@@ -313,10 +313,7 @@ class TurnPipe:
         plunder's settings are made per transaction there).
         Raises the store's errors; after one, whether it reached the database is unknown,
         and nothing is in flight (the turns that were are never read: see ``close``)."""
-        if len(self._flights) >= MAX_IN_FLIGHT:
-            raise RuntimeError(f"{len(self._flights)} turns are in flight already: receive first")
-        if any(c.effects is not None for c in completions):
-            raise ValueError("completions with effects go through job_complete_many")
+        self._check_sendable(completions)
         support = self._support
         support.check_claim(queues, limit)
         if support.fair(queues):  # a fair queue's claim is several statements: one at a time
@@ -346,6 +343,12 @@ class TurnPipe:
                          limit, take_suspect)  # fmt: skip
         self._flights.append(flight)
         return True
+
+    def _check_sendable(self, completions: Sequence[Completion]) -> None:
+        if len(self._flights) >= MAX_IN_FLIGHT:
+            raise RuntimeError(f"{len(self._flights)} turns are in flight already: receive first")
+        if any(c.effects is not None for c in completions):
+            raise ValueError("completions with effects go through job_complete_many")
 
     def _queue(self, wire: pipe.Wire, params: dict[str, Any], *, acks: bool) -> None:
         """Queue a turn's statements on ``wire`` (``acks``: the acknowledgement and the

@@ -30,17 +30,12 @@ def test_parameters_are_the_text_postgresql_reads() -> None:
         pipe.text_value({"a": 1})
 
 
-def test_the_turn_statements_take_exactly_the_parameters_a_turn_sends() -> None:
+def test_the_turn_statement_takes_exactly_the_parameters_a_turn_sends() -> None:
+    sql = queries.compact(queries.load("postgres")["job_exchange"])
+    statement = pipe.Statement.of(turns.STATEMENT, sql)
     params = turns.turn_params([], "s", queues=["q"], tasks=["t"], limit=1, take_suspect=False)
-    statements = [
-        pipe.Statement.of(name, queries.compact(queries.load("postgres")[query]))
-        for name, query in (turns.ACK, turns.SETTLE, turns.CLAIM)
-    ]
-    assert set().union(*(s.params for s in statements)) == {*params, "now"}
-    for statement in statements:
-        assert b"%(" not in statement.sql
-    ack, _, claim = statements
-    values = claim.values({**params, "now": None}, "utf-8")
-    assert values[claim.params.index("now")] is None
-    assert values[claim.params.index("take_suspect")] == b"f"
-    assert ack.values({**params, "now": None}, "utf-8")[ack.params.index("job_id")] == b"{}"
+    assert set(statement.params) == {*params, "now"}
+    assert b"%(" not in statement.sql
+    values = statement.values({**params, "now": None}, "utf-8")
+    assert values[statement.params.index("now")] is None
+    assert values[statement.params.index("take_suspect")] == b"f"

@@ -137,9 +137,8 @@ def test_postgres_sql_uses_no_notify_advisory_locks_unlogged_tables_or_triggers(
     """None of them survives pgbouncer's transaction pooling or CockroachDB, and an
     immediate shutdown empties UNLOGGED tables. The exceptions are the ``notify``,
     ``job_insert_notify``, ``job_insert_mixed_notify``, ``job_complete_notify`` and
-    ``job_exchange`` queries, and the turn's ``job_complete_turn`` and ``edge_settle_turn``
-    (turns are sent ahead only there): wake-ups are an optimisation on top of polling,
-    sent only where the store says the database delivers them (``Store.notifies``)."""
+    ``job_exchange`` queries: wake-ups are an optimisation on top of polling, sent only
+    where the store says the database delivers them (``Store.notifies``)."""
     found = FORBIDDEN.findall(code(postgres_sql()[where]))
     if where in (
         "queries.sql:notify",
@@ -147,8 +146,6 @@ def test_postgres_sql_uses_no_notify_advisory_locks_unlogged_tables_or_triggers(
         "queries.sql:job_insert_mixed_notify",
         "queries.sql:job_complete_notify",
         "queries.sql:job_exchange",
-        "queries.sql:job_complete_turn",
-        "queries.sql:edge_settle_turn",
     ):
         assert [word for word, _ in found] == ["pg_notify"]
     elif where in ("schema.sql", "0019_workflows.sql"):

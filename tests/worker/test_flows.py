@@ -1,13 +1,9 @@
 """Workflows run by real worker processes: a diamond whose last job sees its parents'
-results, a worker SIGKILLed while it runs one of the middle jobs, and a child claimed in
-the turn that acknowledges its parent."""
+results, and a worker SIGKILLed while it runs one of the middle jobs."""
 
 from __future__ import annotations
 
 import signal
-
-import psycopg
-import pytest
 
 import plunder
 from plunder.states import Outcome, Status
@@ -66,34 +62,5 @@ def test_a_worker_killed_while_running_c_is_rescued_and_d_runs_once(
         assert [r.outcome for r in runs] == [Outcome.LOST, Outcome.SUCCEEDED]
         assert runs[1].session_id != holder
         assert len(store.job_runs(d_id)) == 1 and store.job_get(d_id).attempt == 1
-    finally:
-        app.close()
-
-
-def test_a_child_starts_in_the_turn_that_acknowledges_its_parent(
-    store: Store, store_url: str, workers: Workers
-) -> None:
-    """On PostgreSQL a worker with a free slot claims a child in the very transaction that
-    acknowledges its last parent (decision 0023): both rows were last written by it."""
-    if store.dialect == "sqlite":
-        pytest.skip("xmin, the writing transaction, is PostgreSQL's")
-    proc = workers.start("-c", "4")
-    wait_for(lambda: session_of(store, proc.pid), what="worker session")
-    app = plunder.App(store_url)
-    try:
-        flow = plunder.Flow(app)
-        a = flow.add("gather", "a")
-        b = flow.add("sleepy", 3.0, after=a)
-        workflow = flow.enqueue()
-        a_id, b_id = workflow.job(a).id, workflow.job(b).id
-        wait_for(lambda: store.job_get(b_id).status == Status.RUNNING, what="B runs")
-        with psycopg.connect(store_url, autocommit=True) as conn:
-            rows = conn.execute(
-                "SELECT id, xmin::text FROM plunder_jobs WHERE id = ANY(%s) ORDER BY id",
-                ([a_id, b_id],),
-            ).fetchall()
-        assert store.job_get(b_id).status == Status.RUNNING  # not written since
-        assert rows[0][1] == rows[1][1], rows
-        assert workflow.job(b).result(timeout=30) == "slept"
     finally:
         app.close()

@@ -37,8 +37,6 @@ DIALECT_ONLY: dict[str, frozenset[str]] = {
             "job_complete_notify",
             # one statement where SQLite runs a loop or a transaction of several
             "job_exchange",
-            "job_complete_turn",  # a turn sent ahead: these two, then job_claim_many
-            "edge_settle_turn",
             "job_next_due",
             "job_claim_levels",  # fragments of those statements, never sent alone
             "job_claim_steps",

@@ -6,7 +6,7 @@ not be read while the turn after it still runs. Here each turn goes out as its c
 a Sync, flushed at once; its answer is read up to its own Sync, never further:
 
 ```
- send(N):   [SET ...; Parse] Bind/Execute ... [; RESET ...] Sync ── flushed
+ send(N):   [SET ...; Parse] Bind/Execute [; RESET ...] Sync ── flushed
  read(N):   results of N's commands, then N's PIPELINE_SYNC ── N+1's are left unread
 ```
 
@@ -135,10 +135,11 @@ class Wire:
         self._flush()
         return queued
 
-    def read(self, commands: int) -> list[PGresult]:
+    def read(self, commands: int) -> PGresult | None:
         """The results of the oldest ``commands`` commands not read yet, through their
-        Sync (see ``sync``): those that returned rows, in order. Raises the first error."""
-        rows: list[PGresult] = []
+        Sync (see ``sync``): the one that returned rows (None if none did). Raises the
+        first error."""
+        rows = None
         ended = 0
         while True:
             result = self._next()
@@ -151,7 +152,7 @@ class Wire:
             if status == _ST.PIPELINE_SYNC:
                 return rows
             if status == _ST.TUPLES_OK:
-                rows.append(result)
+                rows = result
             elif status != _ST.COMMAND_OK:
                 raise error_of(result, self.encoding)
 

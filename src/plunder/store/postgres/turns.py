@@ -1,15 +1,8 @@
 """A worker's turns on PostgreSQL: the statement (job_exchange), what its rows mean, and
 turns *sent ahead* on a connection the worker holds in pipeline mode.
 
-A turn sent ahead is three statements before one Sync, so one implicit transaction and one
-round trip: job_complete_turn acknowledges, edge_settle_turn settles the children of what it
-acknowledged, and job_claim_many claims, seeing the children just released (a statement
-sees what the ones before it in its transaction wrote; the steps of one statement do not).
-A child whose last parent the turn acknowledged is thus claimed in that same turn when the
-worker has a slot for it (decision 0023); a turn of no completions is the claim alone.
-
-A turn — the results of the jobs that finished and a claim of new ones, committed at
-once — keeps the database busy for a couple of milliseconds, and the worker's
+A turn — the results of the jobs that finished and a claim of new ones, one statement that
+commits on its own — keeps the database busy for a couple of milliseconds, and the worker's
 Python (reading the rows into records, starting the jobs, collecting their outcomes) for
 about as long. Run one after the other they add up. Sent ahead, they overlap:
 
@@ -60,10 +53,7 @@ from plunder.store.postgres.tx import array_literal
 
 Encoded = list[tuple[Completion, str]]  # completions with their results encoded
 MAX_IN_FLIGHT = 3  # turns a pipe may have in flight
-# a turn's prepared statements, on each connection that prepares: (name, query)
-ACK = ("plunder_turn_ack", "job_complete_turn")
-SETTLE = ("plunder_turn_settle", "edge_settle_turn")
-CLAIM = ("plunder_turn_claim", "job_claim_many")
+STATEMENT = "plunder_turn"  # the turn's prepared statement, on each connection that prepares
 
 
 @dataclass(frozen=True)
@@ -115,9 +105,10 @@ def turn_params(
 
 
 class Answer:
-    """A turn's answer (it committed): how many jobs it completed (``acked``), and the
-    claimed jobs' columns, which ``read()`` gives (names, rows); a turn sent ahead is read,
-    and its rows made records, only after the caller has sent its next turn."""
+    """A turn's rows as they came back (it committed): on each, how many jobs it completed,
+    then a claimed job's columns (one row of NULLs when it claimed none). ``read()`` gives
+    them (names, rows); a turn sent ahead is read, and its rows made records, only after
+    the caller has sent its next turn."""
 
     def __init__(
         self,
@@ -127,14 +118,12 @@ class Answer:
         read: Callable[[], Claimed],
         claimed: int,
         *,
-        acked: int,
         limit: int = 0,
         take_suspect: bool = False,
     ) -> None:
         self.support = support
         self.plain = plain
         self.session_id = session_id
-        self.acked = acked  # how many jobs it completed
         self.claimed = claimed  # how many jobs it claimed
         self.limit = limit  # how many it asked for
         self.take_suspect = take_suspect  # whether it could bring a suspect
@@ -143,12 +132,9 @@ class Answer:
 
     @classmethod
     def of(cls, support: PipeSupport, plain: Encoded, session_id: str, table: Claimed) -> Answer:
-        """The answer of job_exchange's rows, read already: on each, how many jobs it
-        completed, then a claimed job's columns (one row of NULLs when it claimed none)."""
-        names, rows = table
-        acked = int(rows[0][0]) if rows else 0
-        claim = (names[1:], [row[1:] for row in rows if row[1] is not None])
-        return cls(support, plain, session_id, lambda: claim, len(claim[1]), acked=acked)
+        """The answer of rows read already."""
+        claimed = sum(1 for row in table[1] if row[1] is not None)
+        return cls(support, plain, session_id, lambda: table, claimed)
 
     @property
     def completions(self) -> list[Completion]:
@@ -162,13 +148,16 @@ class Answer:
 
     def jobs(self) -> list[JobRecord]:
         """The jobs it claimed, in claim order."""
-        return self.support.records(self.table())
+        names, rows = self.table()
+        return self.support.records((names[1:], [row[1:] for row in rows if row[1] is not None]))
 
     def settle(self, now: datetime | None = None) -> AckResult:
         """What became of its completions: looked at one by one if it completed fewer than
         it was given (refused, or a retry of one that committed). Raises SessionGone if it
         neither completed nor claimed anything and the session is gone."""
-        plain, acked = self.plain, self.acked
+        plain = self.plain
+        rows = self.table()[1]
+        acked = int(rows[0][0]) if rows else 0
         if acked == len(plain):
             completed = AckResult(tuple(c.claim for c, _ in plain), ())
         else:
@@ -187,7 +176,6 @@ class _Flight:
     watch: ExitStack  # the call's deadline, from send to receive
     call: Call
     commands: int  # the commands it sent before its Sync (see pipe.Wire.read)
-    acks: bool  # whether it sent completions: then its first result counts them
     sent_at: float  # time.monotonic()
     limit: int
     take_suspect: bool
@@ -205,9 +193,7 @@ class TurnPipe:
         self._flights: collections.deque[_Flight] = collections.deque()
         self._shapes = pipe.Shapes()
         queries = support.queries
-        self._ack, self._settle, self._claim = (
-            pipe.Statement.of(name, queries[query]) for name, query in (ACK, SETTLE, CLAIM)
-        )
+        self._statement = pipe.Statement.of(STATEMENT, queries["job_exchange"])
         self._plans = (queries["plans_by_index"].encode(), queries["plans_reset"].encode())
 
     @property
@@ -285,7 +271,7 @@ class TurnPipe:
         with support.deadlines.watch(conn, support.call_timeout) as call:
             try:
                 wire = pipe.Wire(conn)
-                self._queue(wire, params, acks=True)
+                self._queue(wire, params)
                 wire.read(wire.sync())
             except psycopg.Error as exc:
                 conn.close()
@@ -313,7 +299,10 @@ class TurnPipe:
         plunder's settings are made per transaction there).
         Raises the store's errors; after one, whether it reached the database is unknown,
         and nothing is in flight (the turns that were are never read: see ``close``)."""
-        self._check_sendable(completions)
+        if len(self._flights) >= MAX_IN_FLIGHT:
+            raise RuntimeError(f"{len(self._flights)} turns are in flight already: receive first")
+        if any(c.effects is not None for c in completions):
+            raise ValueError("completions with effects go through job_complete_many")
         support = self._support
         support.check_claim(queues, limit)
         if support.fair(queues):  # a fair queue's claim is several statements: one at a time
@@ -327,9 +316,8 @@ class TurnPipe:
             return False
         watch = ExitStack()
         call = watch.enter_context(support.deadlines.watch(wire.conn, support.call_timeout))
-        acks = bool(plain)
         try:
-            self._queue(wire, params, acks=acks)
+            self._queue(wire, params)
             commands = wire.sync()
         except psycopg.Error as exc:
             watch.close()
@@ -339,43 +327,31 @@ class TurnPipe:
             watch.close()
             self.close(discard=True)
             raise
-        flight = _Flight(plain, session_id, watch, call, commands, acks, time.monotonic(),
+        flight = _Flight(plain, session_id, watch, call, commands, time.monotonic(),
                          limit, take_suspect)  # fmt: skip
         self._flights.append(flight)
         return True
 
-    def _check_sendable(self, completions: Sequence[Completion]) -> None:
-        if len(self._flights) >= MAX_IN_FLIGHT:
-            raise RuntimeError(f"{len(self._flights)} turns are in flight already: receive first")
-        if any(c.effects is not None for c in completions):
-            raise ValueError("completions with effects go through job_complete_many")
-
-    def _queue(self, wire: pipe.Wire, params: dict[str, Any], *, acks: bool) -> None:
-        """Queue a turn's statements on ``wire`` (``acks``: the acknowledgement and the
-        settling of children before the claim; otherwise the claim alone). Each is
-        prepared at its first run on a connection that prepares, and planned then by its
-        indexes (tx.plan_once): between plans_by_index and plans_reset, in the turn's own
-        implicit transaction (if it fails, so does the setting). Where the connection
-        prepares nothing, unnamed."""
-        conn = wire.conn
-        statements = (self._ack, self._settle, self._claim) if acks else (self._claim,)
-        params = {**params, "now": None}
+    def _queue(self, wire: pipe.Wire, params: dict[str, Any]) -> None:
+        """Queue a turn's statement on ``wire``. Prepared at its first run on a connection
+        that prepares, and planned then by its indexes (tx.plan_once): between
+        plans_by_index and plans_reset, in the turn's own implicit transaction (if it
+        fails, so does the setting). Where the connection prepares nothing, unnamed."""
+        conn, statement = wire.conn, self._statement
+        values = statement.values({**params, "now": None}, wire.encoding)
         planned: frozenset[str] | None = getattr(conn, "index_planned", None)
         if planned is None or conn.prepare_threshold is None:
-            for statement in statements:
-                wire.query(statement.sql, statement.values(params, wire.encoding))
+            wire.query(statement.sql, values)
             return
-        fresh = [s for s in statements if s.name not in planned]
-        if fresh:
+        name = statement.name.encode()
+        if STATEMENT not in planned:
             wire.query(self._plans[0])
-        for statement in statements:
-            name = statement.name.encode()
-            if statement in fresh:
-                wire.prepare(name, statement.sql)
-            wire.execute(name, statement.values(params, wire.encoding))
-        if fresh:
+            wire.prepare(name, statement.sql)
+            wire.execute(name, values)
             wire.query(self._plans[1])
-            conn.index_planned = planned | {s.name for s in fresh}  # type: ignore[attr-defined]
+            conn.index_planned = planned | {STATEMENT}  # type: ignore[attr-defined]
+        else:
+            wire.execute(name, values)
 
     def receive(self) -> Answer:
         """The answer to the oldest turn in flight, once it committed. Raises the store's
@@ -387,10 +363,9 @@ class TurnPipe:
         assert wire is not None
         try:
             with flight.watch:
-                results = wire.read(flight.commands)
-                if len(results) != (3 if flight.acks else 1) or not results[-1].nfields:
+                result = wire.read(flight.commands)
+                if result is None or not result.nfields:
                     raise errors.StoreError(f"{self._support.url}: a turn came back without rows")
-                result = results[-1]  # the claim's
                 shape = self._shapes.of(result, wire.conn)
         except psycopg.Error as exc:
             self.close(discard=True)
@@ -398,7 +373,8 @@ class TurnPipe:
         except BaseException:
             self.close(discard=True)
             raise
-        acked = results[0].ntuples if flight.acks else 0  # a row per job it completed
+        # how many it claimed, without reading its rows yet: one row of NULLs is none
+        claimed = result.ntuples if result.ntuples != 1 or result.get_value(0, 1) else 0
 
         def read() -> Claimed:  # the rows are here already; only loading them is left
             return shape.names, shape.rows(result)
@@ -408,8 +384,7 @@ class TurnPipe:
             flight.plain,
             flight.session_id,
             read,
-            result.ntuples,
-            acked=acked,
+            claimed,
             limit=flight.limit,
             take_suspect=flight.take_suspect,
         )

@@ -479,11 +479,14 @@ class AckResult:
 
 @dataclass(frozen=True, slots=True)
 class Exchange:
-    """What one worker turn did in one transaction: acknowledged, then claimed."""
+    """What one worker turn did in one transaction: acknowledged, then claimed.
+    ``children``: a job it completed had children, which may be pending now but which its
+    claim could not see (one statement's snapshot): claim again at once."""
 
     completed: AckResult
     failed: AckResult
     claimed: tuple[JobRecord, ...]
+    children: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -116,12 +116,15 @@ NONE = AckResult((), ())
 @dataclass(frozen=True, slots=True)
 class Reply:
     """What one exchange did: the outcomes written (each accepted, or refused as stale by
-    its claim's fence), and the jobs it claimed, best first."""
+    its claim's fence), and the jobs it claimed, best first. ``children``: a job it
+    completed had children, pending now perhaps, which its claim could not see: the
+    worker claims again at once."""
 
     completed: AckResult = NONE
     failed: AckResult = NONE
     released: AckResult = NONE
     claimed: tuple[JobRecord, ...] = ()
+    children: bool = False
 
 
 class WorkerProtocol(Protocol):

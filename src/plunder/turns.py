@@ -93,6 +93,8 @@ class Turns:
         # it, recorded once it went out (see read; one per slot again)
         self.ack_batch = max(ACK_BATCH, 2 * slots.concurrency)
         self.more = False  # the last turn claimed all it asked for: more may wait
+        # the last turn completed a job with children, which its claim could not see
+        self.children = False
         # a job due now was left by the last claim (it may cost more than a share: decision
         # 0019): the next turn sent offers every slot free, not a share
         self.wide = False
@@ -232,6 +234,7 @@ class Turns:
         self._counted(reply.completed, "succeeded")
         self._counted(reply.failed, "failed")
         self.more = free > 0 and affinity.taken(reply.claimed) == free
+        self.children = reply.children
         return self._claimed(self._started(reply.claimed))
 
     def _started(self, jobs: Any) -> int:
@@ -341,6 +344,7 @@ class Turns:
             self.outbox.completions[:0] = in_flight
             return 0
         self.more = answer.claimed == answer.limit
+        self.children = answer.children and not pipe.in_flight  # one in flight sees them
         self._claimed(answer.claimed)
         # a worker with nothing running starts its jobs first: they are all it waits for
         first = not self.slots.busy()

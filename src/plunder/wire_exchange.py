@@ -127,6 +127,7 @@ def reply_out(reply: Reply) -> dict[str, Any]:
         "failed": _ack_out(reply.failed),
         "released": _ack_out(reply.released),
         "jobs": {"columns": list(COLUMNS), "rows": rows},
+        "children": reply.children,
     }
 
 
@@ -135,6 +136,7 @@ def reply_in(data: Any, session_id: str) -> Reply:
     completed = _ack_in(fields.take("completed", dict), session_id)
     failed = _ack_in(fields.take("failed", dict), session_id)
     released = _ack_in(fields.take("released", dict), session_id)
+    children = fields.take("children", bool, False)  # absent from an older gateway's
     jobs = Fields(fields.take("jobs", dict), "an exchange's jobs")
     columns, rows = jobs.strings("columns"), jobs.take("rows", list)
     jobs.done()
@@ -142,7 +144,8 @@ def reply_in(data: Any, session_id: str) -> Reply:
     if columns != COLUMNS:
         raise WireError("an exchange's jobs come in columns this plunder does not know")
     times: dict[str, datetime] = {}  # each distinct time read once
-    return Reply(completed, failed, released, tuple(_job(row, times) for row in rows))
+    claimed = tuple(_job(row, times) for row in rows)
+    return Reply(completed, failed, released, claimed, children)
 
 
 def _job(row: Any, times: dict[str, datetime]) -> JobRecord:

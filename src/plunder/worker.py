@@ -330,6 +330,8 @@ class Worker:
             self._looked_again = False
             if turns.more:
                 return  # the claim came back full: more work may wait right now
+        if turns.children and free:
+            return  # it completed parents: their children may be pending now, claim them
         if turns.in_flight() or slots.outbox:
             return  # the next turn is on its way, or results came in after this one
         slots.collect(block=True, timeout=self._wait_time())

@@ -198,3 +198,33 @@ def test_a_graph_s_edges_are_written_in_parts_of_one_transaction(
         (ids[e.parent], ids[e.child]) for e in graph
     )
     assert _status(store, ids[8]) is Status.WAITING
+
+
+def test_a_turn_that_completes_a_parent_claims_its_children_or_says_to_claim_again(
+    store: Store,
+) -> None:
+    """The turn's claim runs in the transaction that made the children pending: where it
+    is a statement of its own (SQLite) it takes them; where one statement does both
+    (PostgreSQL's job_exchange, one snapshot), it cannot see them and says so, and the
+    next claim takes them. A turn completing a job without children never says so."""
+    plain_id = store.job_enqueue_many([JobSpec("t", ["plain"])])[0].id
+    a, b, c = store.flow_enqueue(_specs(3), [Edge(0, 1), Edge(0, 2)])
+    session = open_session(store)
+    first = {j.id: j for j in claim(store, session)}
+    assert set(first) == {plain_id, a}
+
+    def turn(job_id: int) -> tuple[set[int], bool]:
+        done = store.job_exchange_many(
+            [Completion(first[job_id].claim, None)], [], session_id=session.id,
+            queues=["default"], tasks=["t"], limit=10,
+        )  # fmt: skip
+        assert done.completed.accepted == (first[job_id].claim,)
+        return {j.id for j in done.claimed}, done.children
+
+    assert turn(plain_id) == (set(), False)
+    taken, children = turn(a)
+    if store.dialect == "sqlite":
+        assert (taken, children) == ({b, c}, False)
+    else:
+        assert (taken, children) == (set(), True)
+        assert {j.id for j in claim(store, session)} == {b, c}

@@ -15,6 +15,7 @@ import pytest
 
 import plunder
 from plunder import errors
+from plunder.graph import Edge
 from plunder.model import Claim, Completion, JobSpec, Session
 from plunder.states import Status
 from plunder.store import Store
@@ -439,3 +440,23 @@ def test_ready_prepares_the_turn_on_every_pooled_connection_and_claims_nothing(
     assert [j.args for j in second.jobs()] == [[2]]
     pipe.close()
     assert prepared_turns(store) == [(1, True)] * size
+
+
+def test_a_turn_that_completes_a_parent_says_its_children_may_be_pending(
+    store: Store, pipe: TurnPipe
+) -> None:
+    """Its claim read the statement's snapshot, before the children were pending: the
+    answer says so, and the next turn claims them."""
+    ids = store.flow_enqueue([JobSpec("t", [0]), JobSpec("t", [1])], [Edge(0, 1)])
+    session = open_session(store)
+    send(pipe, session, [])
+    answer = pipe.receive()
+    (parent,) = answer.jobs()
+    assert parent.id == ids[0] and not answer.children
+    send(pipe, session, [parent.claim])
+    answer = pipe.receive()
+    assert answer.settle().accepted == (parent.claim,)
+    assert answer.claimed == 0 and answer.children
+    send(pipe, session, [])
+    answer = pipe.receive()
+    assert [j.id for j in answer.jobs()] == [ids[1]] and not answer.children

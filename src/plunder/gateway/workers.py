@@ -162,11 +162,13 @@ async def _long_poll(
             left = deadline - loop.time()
             if left <= 0 or await request.is_disconnected():
                 return reply
-            with contextlib.suppress(TimeoutError):  # the poll: a wake-up may have been lost
-                await asyncio.wait_for(woken.wait(), min(left, gateway.app.settings.poll_interval))
+            if not reply.children:  # else children of its completions may be pending now
+                with contextlib.suppress(TimeoutError):  # the poll: a wake-up may be lost
+                    poll = min(left, gateway.app.settings.poll_interval)
+                    await asyncio.wait_for(woken.wait(), poll)
             woken.clear()
             again = await run_in_threadpool(gateway.link.exchange, session_id, [], claim)
-            reply = Reply(reply.completed, reply.failed, reply.released, again.claimed)
+            reply = dataclasses.replace(reply, claimed=again.claimed, children=again.children)
         return reply
     finally:
         unregister()

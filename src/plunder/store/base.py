@@ -107,6 +107,12 @@ class TurnAnswer(Protocol):
         """The jobs it claimed, in claim order."""
         ...
 
+    @property
+    def children(self) -> bool:
+        """Whether a job it completed had children: pending now perhaps, but not seen by
+        its claim (one statement's snapshot)."""
+        ...
+
     def settle(self, now: Now = None) -> AckResult:
         """What became of its completions; SessionGone (as from ``job_exchange_many``) if
         it neither completed nor claimed anything and the session is gone."""

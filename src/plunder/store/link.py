@@ -84,7 +84,7 @@ class StoreLink:
             with_effects.accepted + turn.completed.accepted,
             with_effects.stale + turn.completed.stale,
         )
-        return Reply(completed, turn.failed, released, turn.claimed)
+        return Reply(completed, turn.failed, released, turn.claimed, turn.children)
 
     def append(self, claim: Claim, events: Sequence[tuple[str, Any]]) -> None:
         self.store.stream_append(claim, events)

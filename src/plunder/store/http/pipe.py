@@ -104,6 +104,11 @@ class Answer:
         """The jobs it claimed, in claim order."""
         return [] if self._gone is not None else list(self.reply().claimed)
 
+    @property
+    def children(self) -> bool:
+        """Whether a job it completed had children, which its claim could not see."""
+        return self._gone is None and self.reply().children
+
     def settle(self, now: Any = None) -> AckResult:
         """What became of its completions; SessionGone if the gateway answered that the
         session is gone (the exchange then completed and claimed nothing)."""

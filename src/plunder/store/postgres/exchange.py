@@ -48,7 +48,8 @@ class PgTurns:
             lambda tx: tx.table("job_exchange", **params, now=tx.clock(now)), single=True
         )
         answer = turns.Answer.of(self.support, plain, session_id, (names, rows))
-        return Exchange(answer.settle(now), AckResult((), ()), tuple(answer.jobs()))
+        completed = answer.settle(now)
+        return Exchange(completed, AckResult((), ()), tuple(answer.jobs()), answer.children)
 
     def pipe(self) -> turns.TurnPipe | None:
         """Turns sent ahead (see plunder.store.postgres.turns), on a connection of the pool

@@ -105,8 +105,9 @@ def turn_params(
 
 
 class Answer:
-    """A turn's rows as they came back (it committed): on each, how many jobs it completed,
-    then a claimed job's columns (one row of NULLs when it claimed none). ``read()`` gives
+    """A turn's rows as they came back (it committed): on each, how many jobs it completed
+    and whether one had children, then a claimed job's columns (one row of NULLs when it
+    claimed none). ``read()`` gives
     them (names, rows); a turn sent ahead is read, and its rows made records, only after
     the caller has sent its next turn."""
 
@@ -133,7 +134,7 @@ class Answer:
     @classmethod
     def of(cls, support: PipeSupport, plain: Encoded, session_id: str, table: Claimed) -> Answer:
         """The answer of rows read already."""
-        claimed = sum(1 for row in table[1] if row[1] is not None)
+        claimed = sum(1 for row in table[1] if row[2] is not None)
         return cls(support, plain, session_id, lambda: table, claimed)
 
     @property
@@ -149,7 +150,14 @@ class Answer:
     def jobs(self) -> list[JobRecord]:
         """The jobs it claimed, in claim order."""
         names, rows = self.table()
-        return self.support.records((names[1:], [row[1:] for row in rows if row[1] is not None]))
+        return self.support.records((names[2:], [row[2:] for row in rows if row[2] is not None]))
+
+    @property
+    def children(self) -> bool:
+        """Whether a job it completed had children: some may be pending now, which its
+        claim could not see (it read the statement's snapshot)."""
+        rows = self.table()[1]
+        return bool(rows and rows[0][1])
 
     def settle(self, now: datetime | None = None) -> AckResult:
         """What became of its completions: looked at one by one if it completed fewer than
@@ -374,7 +382,7 @@ class TurnPipe:
             self.close(discard=True)
             raise
         # how many it claimed, without reading its rows yet: one row of NULLs is none
-        claimed = result.ntuples if result.ntuples != 1 or result.get_value(0, 1) else 0
+        claimed = result.ntuples if result.ntuples != 1 or result.get_value(0, 2) else 0
 
         def read() -> Claimed:  # the rows are here already; only loading them is left
             return shape.names, shape.rows(result)

@@ -346,8 +346,10 @@ FROM clock WHERE s.id = %(session_id)s AND s.labels <> '{}' AND s.expires_at > c
 -- A worker's turn in one statement: job_complete_notify over its finished jobs, then
 -- job_claim_many, committed together in one round trip (a transaction of the two costs
 -- four: BEGIN, each statement, COMMIT). The two update different rows (running jobs of
--- this session; pending ones). `acked` counts the jobs completed; with nothing claimed,
--- one row of NULLs carries it.
+-- this session; pending ones). `acked` counts the jobs completed, `children` says whether
+-- one of them had children (pending now, maybe: the claim, which reads the statement's
+-- snapshot, cannot see them; the worker claims again at once); with nothing claimed, one
+-- row of NULLs carries them.
 WITH clock AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 done AS (
 /* include: job_complete_update */
@@ -359,7 +361,8 @@ told AS (
     GROUP BY id / 300
 ),
 /* include: job_claim_steps */
-SELECT (SELECT count(*) FROM done) AS acked, c.*
+SELECT (SELECT count(*) FROM done) AS acked,
+       EXISTS (SELECT FROM done WHERE has_children) AS children, c.*
 FROM (SELECT count(*) FROM told) AS t LEFT JOIN claimed AS c ON true;
 
 -- name: plans_by_index
@@ -472,7 +475,7 @@ WHERE j.id = u.job_id AND j.attempt = u.attempt
   AND u.session_id = ANY(ARRAY(
       SELECT s.id FROM plunder_sessions AS s, clock AS c
       WHERE s.id = ANY(%(claim_session)s::text[]) AND s.expires_at > c.now))
-RETURNING j.id;
+RETURNING j.id, j.has_children;
 
 -- name: job_complete_notify
 -- job_complete, which also tells the result waiters of the jobs it completed when the

@@ -465,12 +465,10 @@ class JobPage:
 
 @dataclass(frozen=True, slots=True)
 class AckResult:
-    """What a batch acknowledgement did.
-
-    ``accepted``: claims whose write committed. ``stale``: claims the fence refused (nothing
-    of theirs was written). ``effect_errors``: completions whose ``effects`` raised; their
-    transaction rolled back, so those jobs are still running and the caller should fail them.
-    """
+    """What a batch acknowledgement did. ``accepted``: claims whose write committed.
+    ``stale``: claims the fence refused (nothing of theirs was written). ``effect_errors``:
+    completions whose ``effects`` raised; their transaction rolled back, so those jobs are
+    still running and the caller should fail them."""
 
     accepted: tuple[Claim, ...]
     stale: tuple[Claim, ...]
@@ -479,9 +477,8 @@ class AckResult:
 
 @dataclass(frozen=True, slots=True)
 class Exchange:
-    """What one worker turn did in one transaction: acknowledged, then claimed.
-    ``children``: a job it completed had children, which may be pending now but which its
-    claim could not see (one statement's snapshot): claim again at once."""
+    """What one worker turn did in one transaction: acknowledged, then claimed
+    (``children``: as plunder.protocol.Reply's)."""
 
     completed: AckResult
     failed: AckResult

@@ -160,6 +160,7 @@ class Turns:
         return self._turn(free)
 
     def _turn(self, free: int) -> int:
+        self.children = False  # said again by this turn's answer, if it has one
         if self._given_up():
             return 0
         if self.in_flight() or (not self.outbox.failures and self.send(free)):

@@ -13,7 +13,7 @@ from tests.support.procs import run_group
 def test_the_gateway_demo_runs_and_rescues() -> None:
     done = run_group(
         [sys.executable, "-m", "plunder", "demo", "--gateway", "--json"],
-        timeout=180, cwd=ROOT, env=env_without_database(),
+        timeout=100, cwd=ROOT, env=env_without_database(),  # within the test's own 120 s
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)

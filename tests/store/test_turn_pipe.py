@@ -19,8 +19,8 @@ from plunder.graph import Edge
 from plunder.model import Claim, Completion, JobSpec, Session
 from plunder.states import Status
 from plunder.store import Store
-from plunder.store.base import TurnPipe
 from plunder.store.postgres import turns
+from plunder.store.turnpipe import TurnPipe
 from tests.store.helpers import claim, open_session
 
 

@@ -22,6 +22,14 @@ def run_group(
     )  # fmt: skip
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:  # what it wrote says where it hung
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        raise AssertionError(
+            f"{' '.join(argv)} did not end within {timeout}s\n"
+            f"stderr:\n{stderr[-6000:]}\nstdout:\n{stdout[-2000:]}"
+        ) from None
     finally:
         with contextlib.suppress(ProcessLookupError):  # gone already: nothing left behind
             os.killpg(proc.pid, signal.SIGKILL)

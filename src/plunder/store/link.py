@@ -24,7 +24,8 @@ from plunder.model import (
     Session,
 )
 from plunder.protocol import NONE, Beat, ClaimRequest, Hello, Outcome, Release, Reply
-from plunder.store.base import Store, TurnPipe
+from plunder.store.base import Store
+from plunder.store.turnpipe import TurnPipe
 
 
 class StoreLink:

@@ -23,9 +23,9 @@ from typing import Any
 
 from plunder import errors, payload
 from plunder.model import Completion
-from plunder.store.base import TurnAnswer, TurnPipe
 from plunder.store.driver import Now
 from plunder.store.engine import Engine
+from plunder.store.turnpipe import TurnAnswer, TurnPipe
 
 PAUSE_TTL = 1.0  # seconds a store trusts the paused queues it read
 MAX_REASON = 500

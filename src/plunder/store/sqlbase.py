@@ -43,7 +43,7 @@ from plunder.model import (
     Unrunnable,
 )
 from plunder.store.acks import Acks
-from plunder.store.base import Notifications, TurnPipe
+from plunder.store.base import Notifications
 from plunder.store.claims import Claims
 from plunder.store.driver import Driver, Now
 from plunder.store.edges import Edges
@@ -62,6 +62,7 @@ from plunder.store.schedules import Schedules
 from plunder.store.sessions import Sessions
 from plunder.store.sqlfeatures import FeatureOps
 from plunder.store.traces import Traces
+from plunder.store.turnpipe import TurnPipe
 
 __all__ = ["SQLStore", "Turns"]
 

@@ -121,6 +121,7 @@ class Answer:
         *,
         limit: int = 0,
         take_suspect: bool = False,
+        children: bool | None = None,
     ) -> None:
         self.support = support
         self.plain = plain
@@ -130,6 +131,7 @@ class Answer:
         self.take_suspect = take_suspect  # whether it could bring a suspect
         self._read = read
         self._table: Claimed | None = None
+        self._children = children  # None: read from its rows when asked
 
     @classmethod
     def of(cls, support: PipeSupport, plain: Encoded, session_id: str, table: Claimed) -> Answer:
@@ -156,8 +158,10 @@ class Answer:
     def children(self) -> bool:
         """Whether a job it completed had children: some may be pending now, which its
         claim could not see (it read the statement's snapshot)."""
-        rows = self.table()[1]
-        return bool(rows and rows[0][1])
+        if self._children is None:
+            rows = self.table()[1]
+            self._children = bool(rows and rows[0][1])
+        return self._children
 
     def settle(self, now: datetime | None = None) -> AckResult:
         """What became of its completions: looked at one by one if it completed fewer than
@@ -381,8 +385,10 @@ class TurnPipe:
         except BaseException:
             self.close(discard=True)
             raise
-        # how many it claimed, without reading its rows yet: one row of NULLs is none
+        # how many it claimed, and whether it completed parents, without reading its rows
+        # yet (they are loaded once the next turn is sent): one row of NULLs is none
         claimed = result.ntuples if result.ntuples != 1 or result.get_value(0, 2) else 0
+        children = result.get_value(0, 1) == b"\x01"  # a boolean, binary
 
         def read() -> Claimed:  # the rows are here already; only loading them is left
             return shape.names, shape.rows(result)
@@ -395,6 +401,7 @@ class TurnPipe:
             claimed,
             limit=flight.limit,
             take_suspect=flight.take_suspect,
+            children=children,
         )
 
     def close(self, *, discard: bool = False) -> list[Completion]:

@@ -32,8 +32,9 @@ Scenarios:
  10 the gateway (plunder_gw): 200 idle remote sessions on one gateway, its database
     connections and its memory per session (scenarios 2-4 run through it too)
  11 a concurrency limit beside unlimited work: 4 idle workers (-c 50 each), N no-ops
-    drained alone and beside N/10 jobs of 10 ms limited to 10 at once, alternating, 4
-    rounds each: the ratio of the drain rates and the most limited runs at once (from
+    drained alone, beside N/10 jobs of 10 ms limited to 10 at once, and beside them
+    unlimited, back to back in each of 6 rounds, each drain on the same table: the median
+    of the rounds' ratios of the drain rates, and the most limited runs at once (from
     their start and end times). Run only when named, ``--scenarios 11``
  12 partition rebalance: 8 workers on a queue of 8 partitions while keyed jobs stream in;
     one killed and one added, 3 times (1 with --quick): time to full ownership after each,

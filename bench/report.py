@@ -150,8 +150,9 @@ def summary(result: dict[str, Any]) -> str:
     if "ratio" in result:
         return (
             f"{result['rate']:,.0f} jobs/s beside the limit, {result['rate_alone']:,.0f} alone "
-            f"(ratio {result['ratio']:.2f}), {result['rate_unlimited']:,.0f} beside them "
-            f"unlimited ({result['ratio_unlimited']:.2f}); most at once {result['most_at_once']}"
+            f"(×{result['ratio']:.2f}, the median of the rounds' ratios), "
+            f"{result['rate_unlimited']:,.0f} beside them unlimited "
+            f"(×{result['ratio_unlimited']:.2f}); most at once {result['most_at_once']}"
         )
     text = f"{result.get('seconds', 0):.2f}s"
     if "rate" in result:

@@ -133,6 +133,7 @@ class Pass:
     expired: SweepResult = field(default_factory=SweepResult)
     pruned: int = 0
     analyzed: bool = False  # the jobs table's statistics taken anew (Store.job_stats_refresh)
+    vacuumed: bool = False  # its dead index entries removed (Store.job_table_vacuum)
     admitted: int = 0  # limited jobs admitted: due, or with room in their limits again
     assigned: tuple[str, ...] = ()  # the partitioned queues whose assignment changed
     fair: tuple[int, int] = (0, 0)  # fair queues' groups pruned, and made
@@ -201,6 +202,7 @@ class Janitor:
             assigned = self.partitioner.run_once(self.store, lease, now)
             pruned = self.pruner.run_once(self.store, lease, now)
             analyzed = self.store.job_stats_refresh()
+            vacuumed = self.store.job_table_vacuum()
             admitted = self.store.limit_admit_due(now=now)  # see plunder.store.limits
             fair = self.store.fair_prune_many(now=now)  # see plunder.store.fairness
             ticks = self.ticker.run_once(self.store, lease, now)
@@ -231,6 +233,7 @@ class Janitor:
             expired=expired,
             pruned=pruned,
             analyzed=analyzed,
+            vacuumed=vacuumed,
             admitted=admitted,
             assigned=tuple(assigned),
             fair=fair,

@@ -235,3 +235,27 @@ def test_the_metrics_system_scrapes_its_worker_while_it_runs(
     scrapes = (Path(params.workdir) / "scrapes.txt").read_text()
     answered = int(scrapes.split("'answered': ")[1].split(",")[0])
     assert answered >= 2, scrapes
+
+
+def test_the_limits_scenario_compares_drains_round_by_round(
+    empty_url: str, tmp_path: Path, backend: str
+) -> None:
+    """Scenario 11 at a tiny size, through the runner as the harness starts it: real
+    workers, each round's three drains on the same table (the last one's jobs deleted),
+    the ratio a median of the rounds' ratios, and the limit checked in every drain."""
+    system = "plunder_pg" if backend == "postgres" else "plunder_sqlite"
+    options = harness.Options(
+        sizes=harness.Sizes(jobs=300, timeout=120.0), extra={"rounds": 3, "limited": 60}
+    )
+    params = harness.params_for(options, "limits", empty_url, tmp_path)
+    log = tmp_path / "bench.log"
+    result = harness.run_one(harness.SYSTEMS[system], "limits", params, log)
+    assert "error" not in result, (result, log.read_text())
+    assert [len(result["rates"][kind]) for kind in ("alone", "beside", "unlimited")] == [3] * 3
+    assert len(result["ratios"]) == len(result["ratios_unlimited"]) == 3
+    assert sorted(result["ratios"])[1] == result["ratio"]
+    alone, beside = result["rates"]["alone"][0], result["rates"]["beside"][0]
+    assert result["ratios"][0] == beside / alone
+    assert 1 <= result["most_at_once"] <= 10
+    assert "the median of the rounds' ratios" in report.summary(result)
+    assert "limits" not in [m for _, m in harness.plan(harness.Options(systems=[system]))]

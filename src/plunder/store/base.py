@@ -327,6 +327,11 @@ class Store(Features, Protocol):
 
     def job_stats_refresh(self) -> bool: ...
 
+    def job_table_vacuum(self) -> bool:
+        """The jobs table's dead index entries removed once enough piled up (PostgreSQL:
+        a VACUUM); whether it ran one."""
+        ...
+
     # -- reads for people ----------------------------------------------------------------
     def job_list(
         self,

@@ -74,6 +74,9 @@ class Driver(Protocol):
     dialect does its own way (the claim's walk, the next-due read)."""
 
     notifies: bool  # whether the database delivers NOTIFY to listeners
+    # whether dead row versions keep their index entries until a VACUUM (PostgreSQL; see
+    # Maintenance.job_table_vacuum)
+    vacuums: bool
 
     @property
     def dialect(self) -> str: ...
@@ -106,6 +109,11 @@ class Driver(Protocol):
     def caches_plans(self) -> bool:
         """Whether connections keep plans made for the jobs table as it was (see
         Maintenance.job_stats_refresh)."""
+        ...
+
+    def statement_alone(self, name: str) -> None:
+        """Run the named statement outside any transaction (PostgreSQL's VACUUM cannot run
+        in one), without a call deadline; its errors as a transaction's (``translate``)."""
         ...
 
     def transaction(self, *, write: bool, single: bool = False) -> AbstractContextManager[Tx]:

@@ -19,6 +19,13 @@ from plunder.store.engine import JOB_EXPIRED, JOB_TIMEOUT, SESSION_LOST, Engine
 GROWTH = 10
 MIN_PAGES = 10
 MIN_ROWS = 300  # about MIN_PAGES of jobs: the floor for the live rows against those counted
+# plunder_jobs is vacuumed once this many dead row versions more than its last VACUUM
+# left have piled up (two a job claimed and ended), or a hundredth of its live rows if more:
+# a claim then reads at most the dead entries of ~10,000 claimed jobs at the head of
+# plunder_jobs_claim (about 60 pages), and a VACUUM, which reads every index whole, runs
+# at most about once per 1% of the table changed (docs/decisions/0027)
+VACUUM_DEAD = 20_000
+VACUUM_SHARE = 100
 
 
 class Maintenance:
@@ -28,6 +35,7 @@ class Maintenance:
         self.engine = engine
         self._analyzed_at = 0  # pages of the jobs table at the last job_stats_refresh
         self._analyzed_rows = 0  # and its live rows then
+        self._dead_left = 0  # dead row versions the last job_table_vacuum could not remove
 
     def lease_acquire(self, name: str, holder: str, ttl: float, *, now: Now = None) -> Lease | None:
         convert.positive("lease ttl", ttl)
@@ -235,4 +243,25 @@ class Maintenance:
             return False
         self.engine.run(lambda tx: tx.all("job_table_analyze"))
         self._analyzed_at, self._analyzed_rows = pages, live
+        return True
+
+    def job_table_vacuum(self) -> bool:
+        """VACUUM the jobs table once its dead row versions have grown by VACUUM_DEAD (or
+        a hundredth of its live rows) since the last one left some behind: the dead index
+        entries a claim reads at the head of its queue (see the job_table_vacuum query).
+        True: it did. Nothing to do where an update takes its index entries out at once
+        (SQLite). What a VACUUM cannot remove (a transaction older than it still sees them,
+        or a role that may not vacuum the table: only a warning) counts as left behind, so
+        it is not tried again at every pass."""
+        if not self.engine.driver.vacuums:
+            return False
+        row = self.engine.run(lambda tx: tx.one("job_table_pages"), write=False)
+        if row is None:
+            return False
+        dead = int(row["dead"])
+        if dead - self._dead_left < max(VACUUM_DEAD, int(row["live"]) // VACUUM_SHARE):
+            return False
+        self.engine.driver.statement_alone("job_table_vacuum")
+        after = self.engine.run(lambda tx: tx.one("job_table_pages"), write=False)
+        self._dead_left = int(after["dead"]) if after is not None else 0
         return True

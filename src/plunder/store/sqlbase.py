@@ -361,6 +361,9 @@ class SQLStore(FeatureOps):
     def job_stats_refresh(self) -> bool:
         return self.maintenance.job_stats_refresh()
 
+    def job_table_vacuum(self) -> bool:
+        return self.maintenance.job_table_vacuum()
+
     # -- reads for people ----------------------------------------------------------------
     def job_get(self, job_id: int) -> JobRecord:
         return self.reads.job_get(job_id)

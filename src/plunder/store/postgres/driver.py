@@ -90,6 +90,7 @@ class PgDriver:
     insert_runs = 1  # each statement is a round trip: a batch is one whatever it mixes
     numbers_jobs = False  # the database numbers them
     caches_plans = True  # prepared statements keep their plans (see job_stats_refresh)
+    vacuums = True  # dead row versions stay in the indexes until a VACUUM
 
     def __init__(
         self,
@@ -324,6 +325,21 @@ class PgDriver:
             # transaction.)
             tx.statement_commits = True
             yield tx
+
+    def statement_alone(self, name: str) -> None:
+        try:
+            with (
+                self.pool().connection() as conn,
+                call_deadline(self.deadlines, conn, None, self.url),
+            ):
+                # the pool's connections commit each statement; never prepared (VACUUM
+                # cannot be)
+                conn.execute(self.queries[name], prepare=False)
+        except Exception as exc:
+            translated = self.translate(exc)
+            if translated is None:
+                raise
+            raise translated from exc
 
     @contextmanager
     def task_transaction(self) -> Iterator[PgTx]:

@@ -60,6 +60,7 @@ class SqliteDriver:
     insert_runs = 4  # see Driver.insert_runs
     numbers_jobs = True  # writers take turns: an enqueue knows the ids it inserts
     caches_plans = False  # a statement is planned as it is prepared
+    vacuums = False  # an update or delete takes its index entries out at once
 
     def __init__(self, url: str, *, busy_timeout: float = 5.0, create: bool = True) -> None:
         self.url = url
@@ -204,6 +205,13 @@ class SqliteDriver:
         if not isinstance(conn, sqlite3.Connection | adapted.SqliteView):
             raise TypeError(f"conn must be a sqlite3.Connection, not {type(conn).__name__}")
         return CallerTx(conn, self.queries)  # type: ignore[arg-type]  # a view acts as one
+
+    def statement_alone(self, name: str) -> None:
+        try:
+            # this thread's connection commits each statement (isolation_level=None)
+            self.connection().execute(self.queries[name])
+        except sqlite3.Error as exc:
+            raise (self.translate(exc) or errors.StoreError(f"{self.url}: {exc}")) from exc
 
     def task_transaction(self) -> AbstractContextManager[SqliteTx]:
         return self.transaction(write=True)

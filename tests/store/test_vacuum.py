@@ -1,0 +1,100 @@
+"""A claim reads a queue's pending jobs from the head of their index. On PostgreSQL each job
+claimed leaves a dead entry there until a VACUUM, so after a drain every claim walked the
+dead entries of all the jobs that ran since the last one; the janitor's job_table_vacuum
+removes them once enough piled up (docs/decisions/0027-vacuum-the-claim-index.md). On SQLite
+an update takes its index entries out at once: nothing piles up, nothing to vacuum."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from plunder.model import SUSPECT_LOSSES, Completion, JobSpec, Session
+from plunder.store import Store, maintenance
+from plunder.store.driver import CLAIM_LEVELS
+from tests.store.helpers import claim, open_session
+
+DRAINED = 20_000  # jobs claimed and ended before the claim that is measured
+DUE = 5  # the jobs that claim finds
+STATS_WAIT = 60.0  # seconds for the server to count the dead rows (about one, normally)
+
+
+def _claim_work(store: Store, store_url: str, session: Session) -> int:
+    """What one claim of DUE jobs of queue "mine", enqueued now, costs the database:
+    PostgreSQL's buffer accesses (EXPLAIN, rolled back), SQLite's virtual machine steps (in
+    hundreds; the claim commits)."""
+    store.job_enqueue_ids([JobSpec("t", [i], queue="mine") for i in range(DUE)])
+    if store_url.startswith("sqlite:"):
+        conn: Any = store.driver.connection()  # type: ignore[attr-defined]
+        steps = [0]
+
+        def count() -> int:
+            steps[0] += 1
+            return 0
+
+        conn.set_progress_handler(count, 100)
+        try:
+            assert len(claim(store, session, queues=["mine"], limit=DUE)) == DUE
+        finally:
+            conn.set_progress_handler(None, 0)
+        return steps[0]
+    import psycopg
+
+    params = {
+        "now": None,
+        "levels": CLAIM_LEVELS,
+        "session_id": session.id,
+        "queues": ["mine"],
+        "tasks": ["t"],
+        "limit": DUE,
+        "take_suspect": True,
+        "suspect_losses": SUSPECT_LOSSES,
+    }
+    with psycopg.connect(store_url) as conn:
+        plan = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.driver.queries["job_claim_many"],  # type: ignore[attr-defined]
+            params,
+        ).fetchone()[0]  # type: ignore[index]
+        conn.rollback()
+    top = (plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"]
+    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+
+
+def _drain(store: Store, session: Session, count: int) -> None:
+    """``count`` jobs of queue "mine" enqueued, claimed and completed, the DUE jobs already
+    there with them."""
+    store.job_enqueue_ids([JobSpec("t", [i], queue="mine") for i in range(count)])
+    while jobs := claim(store, session, queues=["mine"], limit=500):
+        ack = store.job_complete_many([Completion(j.claim, None) for j in jobs])
+        assert len(ack.accepted) == len(jobs)
+
+
+def test_a_claim_after_a_drain_reads_as_much_as_on_a_fresh_table_once_vacuumed(
+    store: Store, store_url: str, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dead entries a drain leaves at the head of the claim's index cost every later
+    claim until job_table_vacuum removes them; after it, a claim reads about as much as it
+    did on a fresh table (its indexes one level deeper). Once vacuumed, the next pass has
+    nothing to do."""
+    monkeypatch.setattr(maintenance, "VACUUM_DEAD", DRAINED)  # two dead rows per job drained
+    session = open_session(store, queues=["mine"], expiry=600.0)
+    fresh = _claim_work(store, store_url, session)
+    _drain(store, session, DRAINED)
+    before = _claim_work(store, store_url, session)
+    if backend == "sqlite":
+        assert store.job_table_vacuum() is False  # nothing piles up
+        assert before < 2 * fresh + 20, f"{fresh} on a fresh table, {before} after a drain"
+        return
+    # the dead head is real: the claim walked it (so the assertion below can fail)
+    assert before > fresh + DRAINED // 200, f"{fresh} on a fresh table, {before} after a drain"
+    deadline = time.monotonic() + STATS_WAIT
+    while not store.job_table_vacuum():  # once the server counted the dead rows
+        assert time.monotonic() < deadline, "the dead rows were never counted"
+        time.sleep(0.2)
+    after = _claim_work(store, store_url, session)
+    # what is left is a deeper index, not the dead entries of the drain
+    assert after - fresh < (before - fresh) / 4, f"{fresh}, {before} drained, {after} vacuumed"
+    assert store.job_table_vacuum() is False  # only once as many are dead again

@@ -255,7 +255,9 @@ SYSTEMS = {
             | PARTITIONS_SCENARIO
             | FAIRNESS_SCENARIO
             | FLOWS_SCENARIO
-            | ORDERED_SCENARIO,
+            | ORDERED_SCENARIO
+            | AFFINITY_SCENARIO
+            | COST_SCENARIO,
             "production defaults, synchronous=FULL; worker `-c 100`; scenario 11 with "
             "`-c 50` per worker process",
         ),

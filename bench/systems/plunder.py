@@ -10,6 +10,7 @@ claiming up to a third of the slots, so ``-c 300``.
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import sys
@@ -68,6 +69,17 @@ class Probe:
 
     def scalar(self, sql: str, *params: Any) -> Any:
         return self.rows(sql, *params)[0][0]
+
+    def epoch(self, column: str) -> str:
+        """SQL for a time column as seconds since the epoch (SQLite stores them so)."""
+        return column if self.path else f"extract(epoch FROM {column})::float8"
+
+    def among(self, column: str) -> str:
+        """SQL for ``column`` among the ids given as the next parameter (``ids(...)``)."""
+        return f"{column} IN (SELECT value FROM json_each(%s))" if self.path else f"{column} = ANY(%s)"
+
+    def ids(self, ids: list[int]) -> Any:
+        return json.dumps(ids) if self.path else ids
 
     def unlocked(self) -> bool:
         """No process holds the write lock (always true of PostgreSQL, which locks rows)."""

@@ -24,10 +24,6 @@ HOLDERS, OTHERS, CONCURRENCY = 2, 2, 2
 LABEL = {"bench": "A"}
 AFFINITY_BURST = 400
 ROUNDS = 40  # of the wait: one preferred and one plain job each
-RUNS = (
-    "SELECT run_pid, extract(epoch FROM started_at)::float8, "
-    "extract(epoch FROM finished_at)::float8 FROM plunder_jobs WHERE id = ANY(%s)"
-)
 
 
 def affinity(p: Params) -> dict[str, Any]:
@@ -53,9 +49,14 @@ def affinity(p: Params) -> dict[str, Any]:
 def _share(app: Any, probe: Probe, holders: set[int], timeout: float) -> dict[str, Any]:
     hold = app.registry.get("bench.hold").options(affinity=LABEL)
     ids = [j.id for j in hold.enqueue_many([(0.02,)] * AFFINITY_BURST)]
-    done = "SELECT count(*) FROM plunder_jobs WHERE id = ANY(%s) AND status = 'succeeded'"
-    wait_until(lambda: probe.scalar(done, ids) == len(ids), timeout=timeout, what="the burst")
-    runs = probe.rows(RUNS, ids)
+    among, by = probe.among("id"), probe.ids(ids)
+    done = f"SELECT count(*) FROM plunder_jobs WHERE {among} AND status = 'succeeded'"
+    wait_until(lambda: probe.scalar(done, by) == len(ids), timeout=timeout, what="the burst")
+    runs = probe.rows(
+        f"SELECT run_pid, {probe.epoch('started_at')}, {probe.epoch('finished_at')} "
+        f"FROM plunder_jobs WHERE {among}",
+        by,
+    )
     on = [(s, f) for pid, s, f in runs if pid in holders]
     slots = HOLDERS * CONCURRENCY
     elsewhere = [s for pid, s, _ in runs if pid not in holders]

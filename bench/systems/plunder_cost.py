@@ -25,11 +25,6 @@ from bench.systems.plunder import Probe, _app, _workers
 WORKERS, CONCURRENCY = 2, 8
 COST_JOBS = 600
 MIX = ((1, 0.02), (2, 0.04), (4, 0.08), (8, 0.08))  # (cost, seconds)
-RUNS = (
-    "SELECT cost, run_pid, extract(epoch FROM started_at)::float8, "
-    "extract(epoch FROM finished_at)::float8, "
-    "extract(epoch FROM started_at - created_at)::float8 FROM plunder_jobs WHERE id = ANY(%s)"
-)
 
 
 def cost(p: Params) -> dict[str, Any]:
@@ -42,9 +37,15 @@ def cost(p: Params) -> dict[str, Any]:
         started = time.monotonic()
         ids = _burst(app, count)
         enqueued = time.monotonic() - started
-        done = "SELECT count(*) FROM plunder_jobs WHERE id = ANY(%s) AND status = 'succeeded'"
-        wait_until(lambda: probe.scalar(done, ids) == len(ids), timeout=p.timeout, what="all")
-        runs = probe.rows(RUNS, ids)
+        among, by = probe.among("id"), probe.ids(ids)
+        done = f"SELECT count(*) FROM plunder_jobs WHERE {among} AND status = 'succeeded'"
+        wait_until(lambda: probe.scalar(done, by) == len(ids), timeout=p.timeout, what="all")
+        started_at = probe.epoch("started_at")
+        runs = probe.rows(
+            f"SELECT cost, run_pid, {started_at}, {probe.epoch('finished_at')}, "
+            f"{started_at} - {probe.epoch('created_at')} FROM plunder_jobs WHERE {among}",
+            by,
+        )
     finally:
         stop_all(procs, grace=2.0)
         probe.close()

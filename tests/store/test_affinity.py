@@ -8,7 +8,7 @@ import pytest
 
 from plunder.model import JobSpec, TaskInfo, Unrunnable
 from plunder.store import Store
-from tests.store.helpers import claim, later
+from tests.store.helpers import claim, later, raw_connect
 
 
 def session(store: Store, name: str, free: int, labels: tuple[str, ...] = (), now: object = None):  # type: ignore[no-untyped-def]
@@ -78,3 +78,33 @@ def test_bad_labels_and_affinity_are_refused_with_their_name(store: Store) -> No
 def test_a_job_keeps_its_cost(store: Store) -> None:
     (job,) = store.job_enqueue_many([JobSpec("t", cost=4)])
     assert job.cost == 4 and store.job_get(job.id).cost == 4
+
+
+def test_an_idle_holders_report_is_written_again_only_when_it_changes_or_nears_its_end(
+    store: Store, store_url: str
+) -> None:
+    """On SQLite every commit wakes every worker of the file: a labelled worker whose idle
+    claim wrote its unchanged report each time woke the others, whose claims woke it, and
+    idle labelled workers spent a sixth of a core each. The same count, counted for over
+    half its 2 s still, is not written again."""
+    if store.dialect != "sqlite":
+        pytest.skip("PostgreSQL wakes workers by NOTIFY, not by any commit")
+    t0 = store.now()
+    holder = session(store, "holder", 4, ("model=m",), now=t0)
+    watcher = raw_connect(store_url)
+    try:
+
+        def version() -> int:
+            return int(watcher.execute("PRAGMA data_version").fetchone()[0])
+
+        assert claim(store, holder, limit=4, now=later(t0, 0.1)) == []
+        seen = version()
+        assert claim(store, holder, limit=4, now=later(t0, 0.6)) == []
+        assert version() == seen  # the same count, counted until t0 + 2.1: nothing written
+        assert claim(store, holder, limit=3, now=later(t0, 0.7)) == []
+        assert version() != seen  # another count
+        seen = version()
+        assert claim(store, holder, limit=3, now=later(t0, 1.8)) == []
+        assert version() != seen  # counted for less than a second more: written again
+    finally:
+        watcher.close()

@@ -233,9 +233,13 @@ RETURNING id, queue, task, args, kwargs, priority, status, attempt, max_attempts
 -- name: session_free
 -- A labelled session's free slots after its claim (the slots it asked to fill, less the
 -- costs of what it took), counted by others' claims for 2 s (see migration 22); run in the claim's
--- transaction.
+-- transaction. The same count, still counted for over half that time, is not written again:
+-- every commit here wakes every worker of the file, and idle labelled workers would wake
+-- each other without end, each claim's report waking the others to claim and report.
 UPDATE plunder_sessions SET free_slots = max(:free_slots, 0), free_until = :now + min(expiry, 2.0)
-WHERE id = :session_id AND labels != '[]' AND expires_at > :now;
+WHERE id = :session_id AND labels != '[]' AND expires_at > :now
+  AND (free_slots IS NOT max(:free_slots, 0) OR free_until IS NULL
+       OR free_until < :now + min(expiry, 2.0) / 2);
 
 -- name: run_close
 -- batch. The history row of an attempt that ended other than in success, written once, as

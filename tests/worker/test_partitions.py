@@ -56,12 +56,17 @@ def divided(store: Store, sessions: Sequence[str]) -> dict[str, tuple[int, ...]]
 
     result = wait_for(look, what="the partitions divided among the workers")
     assert isinstance(result, dict)
-    # and each worker heard it: a heartbeat of its own since
+    # and each worker heard it: a heartbeat of its own since, and one more, which its
+    # heartbeat thread sends only once it has taken in the answer to the first
     now = store.now()
-    wait_for(
-        lambda: all(s.heartbeat_at > now for s in store.session_list() if s.id in sessions),
-        what="a heartbeat of each worker",
-    )
+    for what in ("a heartbeat of each worker", "a second heartbeat of each worker"):
+        wait_for(
+            lambda now=now: all(
+                s.heartbeat_at > now for s in store.session_list() if s.id in sessions
+            ),
+            what=what,
+        )
+        now = max(s.heartbeat_at for s in store.session_list() if s.id in sessions)
     return result
 
 

@@ -332,9 +332,7 @@ class PgDriver:
                 self.pool().connection() as conn,
                 call_deadline(self.deadlines, conn, None, self.url),
             ):
-                # the pool's connections commit each statement; never prepared (VACUUM
-                # cannot be)
-                conn.execute(self.queries[name], prepare=False)
+                conn.execute(self.queries[name], prepare=False)  # VACUUM cannot be prepared
         except Exception as exc:
             translated = self.translate(exc)
             if translated is None:

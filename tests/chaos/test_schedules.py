@@ -1,7 +1,7 @@
 """Periodic jobs under faults (docs/guide/periodic.md): three ``plunder worker`` processes,
-each with its janitor, and a schedule ticking every second for 20 s. The lease holder is
-SIGKILLed, then the next holder SIGSTOPped past its lease and SIGCONTed, and one worker's
-clock runs 30 s ahead: exactly one job per tick, no gap, no duplicate, because the ticks
+each with its janitor, and a schedule ticking every second for 20 s (or
+PLUNDER_SCHEDULES_WINDOW seconds). The lease holder is SIGKILLed, then the next holder
+SIGSTOPped past its lease and SIGCONTed, and one worker's clock runs 30 s ahead: exactly one job per tick, no gap, no duplicate, because the ticks
 are the database clock's and each is enqueued under the lease in the transaction that moves
 the schedule past it."""
 
@@ -19,7 +19,8 @@ from plunder.model import Lease
 from tests.chaos.harness import Proc, System
 
 CLOCK_AHEAD = Path(__file__).resolve().parent / "clock_ahead"
-WINDOW = 20  # seconds of ticks under test
+# seconds of ticks under test: 20 in the suite, the issue's 30 with PLUNDER_SCHEDULES_WINDOW=30
+WINDOW = int(os.environ.get("PLUNDER_SCHEDULES_WINDOW", "20"))
 NAME = "every-second"
 
 

@@ -1,9 +1,9 @@
 """Periodic jobs under faults (docs/guide/periodic.md): three ``plunder worker`` processes,
 each with its janitor, and a schedule ticking every second for 20 s (or
 PLUNDER_SCHEDULES_WINDOW seconds). The lease holder is SIGKILLed, then the next holder
-SIGSTOPped past its lease and SIGCONTed, and one worker's clock runs 30 s ahead: exactly one job per tick, no gap, no duplicate, because the ticks
-are the database clock's and each is enqueued under the lease in the transaction that moves
-the schedule past it."""
+SIGSTOPped past its lease and SIGCONTed, and one worker's clock runs 30 s ahead: exactly
+one job per tick, no gap, no duplicate, because the ticks are the database clock's and
+each is enqueued under the lease in the transaction that moves the schedule past it."""
 
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from plunder.model import Claim, Completion, JobRecord, JobSpec, Session, TaskInfo
 from plunder.store import Store
+from plunder.store.driver import CLAIM_LEVELS
 
 
 def open_session(
@@ -105,3 +107,35 @@ refused_logins = pytest.mark.parametrize(
     ],
     ids=["missing-database", "missing-role"],
 )
+
+
+def database_work(
+    store: Store, store_url: str, run: Callable[[], object], query: str, params: dict[str, Any]
+) -> int:
+    """How much the database did for ``run()``: SQLite's virtual machine steps (counted in
+    hundreds), PostgreSQL's buffer accesses (from EXPLAIN of the same ``query`` with
+    ``params``, rolled back)."""
+    if store_url.startswith("sqlite:"):
+        conn: Any = store.driver.connection()  # type: ignore[attr-defined]
+        steps = [0]
+
+        def count() -> int:
+            steps[0] += 1
+            return 0
+
+        conn.set_progress_handler(count, 100)
+        try:
+            run()
+        finally:
+            conn.set_progress_handler(None, 0)
+        return steps[0]
+    import psycopg
+
+    with psycopg.connect(store_url) as conn:
+        plan = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.driver.queries[query],  # type: ignore[attr-defined]
+            {"now": None, "levels": CLAIM_LEVELS, **params},
+        ).fetchone()[0]  # type: ignore[index]
+        conn.rollback()
+    top = (plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"]
+    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])

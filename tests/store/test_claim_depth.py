@@ -4,7 +4,6 @@ level. And it still takes the best jobs, across queues and levels, in claim orde
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable
@@ -15,8 +14,7 @@ import pytest
 
 from plunder.model import SUSPECT_LOSSES, Completion, JobRecord, JobSpec
 from plunder.store import Store, open_store
-from plunder.store.driver import CLAIM_LEVELS
-from tests.store.helpers import claim, enqueue, later, open_session
+from tests.store.helpers import claim, database_work, enqueue, later, open_session
 
 DAY = 86_400.0
 GROWTH_FLOOR_PAGES = 10  # plunder.store.maintenance.MIN_PAGES
@@ -34,38 +32,6 @@ def _fill(store: Store, depth: int, now: datetime) -> None:
     ]
     for start in range(0, depth, 5_000):
         store.job_enqueue_ids((other + later_)[start : start + 5_000], now=now)
-
-
-def _work(
-    store: Store, store_url: str, run: Callable[[], object], query: str, params: dict[str, Any]
-) -> int:
-    """How much the database did for ``run()``: SQLite's virtual machine steps (counted in
-    hundreds), PostgreSQL's buffer accesses (from EXPLAIN of the same ``query`` with
-    ``params``, rolled back)."""
-    if store_url.startswith("sqlite:"):
-        conn: Any = store.driver.connection()  # type: ignore[attr-defined]
-        steps = [0]
-
-        def count() -> int:
-            steps[0] += 1
-            return 0
-
-        conn.set_progress_handler(count, 100)
-        try:
-            run()
-        finally:
-            conn.set_progress_handler(None, 0)
-        return steps[0]
-    import psycopg
-
-    with psycopg.connect(store_url) as conn:
-        plan = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.driver.queries[query],  # type: ignore[attr-defined]
-            {"now": None, "levels": CLAIM_LEVELS, **params},
-        ).fetchone()[0]  # type: ignore[index]
-        conn.rollback()
-    top = (plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"]
-    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
 
 
 def _claim_work(store: Store, store_url: str, depth: int, *, due: int, limit: int) -> int:
@@ -88,7 +54,8 @@ def _claim_work(store: Store, store_url: str, depth: int, *, due: int, limit: in
         "take_suspect": True,
         "suspect_losses": SUSPECT_LOSSES,
     }
-    work = _work(store, store_url, run, "job_claim_many", params)  # EXPLAIN's claim rolled back
+    # on PostgreSQL the claim EXPLAINed is rolled back
+    work = database_work(store, store_url, run, "job_claim_many", params)
     while got := claim(store, session, queues=["mine"], limit=limit):
         taken += got
     assert sorted(j.args[0] for j in taken) == list(range(due))  # the due ones, no other
@@ -121,7 +88,8 @@ def _next_due_work(store: Store, store_url: str, depth: int, now: datetime) -> i
     def run() -> None:
         answers.append(store.job_next_due(queues=["mine"], tasks=["t"], now=now))
 
-    work = _work(store, store_url, run, "job_next_due", {"queues": ["mine"], "tasks": ["t"]})
+    params = {"queues": ["mine"], "tasks": ["t"]}
+    work = database_work(store, store_url, run, "job_next_due", params)
     run()
     assert answers[-1] == pytest.approx(60.0, abs=1e-3)
     return work

@@ -6,16 +6,13 @@ an update takes its index entries out at once: nothing piles up, nothing to vacu
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Any
 
 import pytest
 
 from plunder.model import SUSPECT_LOSSES, Completion, JobSpec, Session
 from plunder.store import Store, maintenance
-from plunder.store.driver import CLAIM_LEVELS
-from tests.store.helpers import claim, open_session
+from tests.store.helpers import claim, database_work, open_session
 
 DRAINED = 20_000  # jobs claimed and ended before the claim that is measured
 DUE = 5  # the jobs that claim finds
@@ -23,44 +20,18 @@ STATS_WAIT = 60.0  # seconds for the server to count the dead rows (about one, n
 
 
 def _claim_work(store: Store, store_url: str, session: Session) -> int:
-    """What one claim of DUE jobs of queue "mine", enqueued now, costs the database:
-    PostgreSQL's buffer accesses (EXPLAIN, rolled back), SQLite's virtual machine steps (in
-    hundreds; the claim commits)."""
+    """What one claim of DUE jobs of queue "mine", enqueued now, costs the database (see
+    database_work: on PostgreSQL the claim is EXPLAINed and rolled back)."""
     store.job_enqueue_ids([JobSpec("t", [i], queue="mine") for i in range(DUE)])
-    if store_url.startswith("sqlite:"):
-        conn: Any = store.driver.connection()  # type: ignore[attr-defined]
-        steps = [0]
 
-        def count() -> int:
-            steps[0] += 1
-            return 0
-
-        conn.set_progress_handler(count, 100)
-        try:
-            assert len(claim(store, session, queues=["mine"], limit=DUE)) == DUE
-        finally:
-            conn.set_progress_handler(None, 0)
-        return steps[0]
-    import psycopg
+    def run() -> None:
+        assert len(claim(store, session, queues=["mine"], limit=DUE)) == DUE
 
     params = {
-        "now": None,
-        "levels": CLAIM_LEVELS,
-        "session_id": session.id,
-        "queues": ["mine"],
-        "tasks": ["t"],
-        "limit": DUE,
-        "take_suspect": True,
-        "suspect_losses": SUSPECT_LOSSES,
-    }
-    with psycopg.connect(store_url) as conn:
-        plan = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.driver.queries["job_claim_many"],  # type: ignore[attr-defined]
-            params,
-        ).fetchone()[0]  # type: ignore[index]
-        conn.rollback()
-    top = (plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"]
-    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+        "session_id": session.id, "queues": ["mine"], "tasks": ["t"], "limit": DUE,
+        "take_suspect": True, "suspect_losses": SUSPECT_LOSSES,
+    }  # fmt: skip
+    return database_work(store, store_url, run, "job_claim_many", params)
 
 
 def _drain(store: Store, session: Session, count: int) -> None:

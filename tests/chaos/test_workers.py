@@ -5,6 +5,7 @@ job (S07) — real processes, real signals, on both backends."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 
 from plunder.states import Outcome, Status
@@ -215,7 +216,10 @@ def test_s06_second_signal_stops_at_once(system: System) -> None:
     system.signal(leaving, signal.SIGTERM)
     early = [e for e in system.execs() if e["session"] == sid and e["ev"] == "commit_try"]
     assert not early, f"the window was missed: a task committed before the second signal {early}"
-    leaving.popen.wait(timeout=5)
+    try:
+        leaving.popen.wait(timeout=5)
+    except subprocess.TimeoutExpired:  # what the worker last wrote says where it stands
+        raise AssertionError(f"no exit 5 s after the second signal:\n{leaving.output()}") from None
     assert time.monotonic() - os_signal_sent < 3.0, "the second signal did not stop at once"
     system.wait_terminal()
     obs = system.observe()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -62,7 +63,10 @@ def test_a_second_signal_stops_the_worker_at_once(store: Store, workers: Workers
     assert proc.poll() is None
     stopped = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=10)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # what the worker last wrote says where it stands
+        raise AssertionError(f"no exit 10 s after the second signal:\n{workers.log(0)}") from None
     assert time.monotonic() - stopped < 5
     assert "second signal: stopping at once" in workers.log(0)
 

@@ -18,6 +18,7 @@ import plunder
 from plunder.states import Status
 from plunder.store import Store
 from tests.gateway.conftest import Keys
+from tests.support.flows import run_diamond
 from tests.support.gateway import ROOT, Gateway, env_without_database
 from tests.worker.conftest import wait_for
 
@@ -89,22 +90,6 @@ def test_a_killed_remote_worker_s_job_is_rescued_by_another(
     assert store.job_get(job.id).attempt == 2
 
 
-def run_diamond(app: plunder.App, log: Path) -> list[int]:
-    """A diamond (a → b, c → d) enqueued by ``app`` and run by a remote worker: d sees b's
-    and c's results, each with its own parent's; the ids of a, b, c, d."""
-    flow = plunder.Flow(app)
-    a = flow.add("gather", "a")
-    b, c = flow.group(plunder.call("gather", "b"), plunder.call("gather", "c"), after=a)
-    d = flow.add("gather", "d", after=[b, c])
-    workflow = flow.enqueue()
-    ids = [workflow.job(n).id for n in (a, b, c, d)]
-    assert workflow.job(d).result(timeout=60) == [
-        "d",
-        [[ids[1], ["b", [[ids[0], ["a", []]]]]], [ids[2], ["c", [[ids[0], ["a", []]]]]]],
-    ], log.read_text()
-    return ids
-
-
 def test_a_workflow_run_by_a_remote_worker_gives_each_child_its_parents_results(
     gateway: Gateway, keys: Keys, store: Store, store_url: str, tmp_path: Path
 ) -> None:
@@ -113,7 +98,7 @@ def test_a_workflow_run_by_a_remote_worker_gives_each_child_its_parents_results(
     app = plunder.App(store_url)
     try:
         serving(store, 1)
-        ids = run_diamond(app, log)
+        ids = run_diamond(app, log.read_text)
         assert {store.job_get(i).queue for i in ids} == {"llm"}
     finally:
         app.close()

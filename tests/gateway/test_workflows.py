@@ -20,7 +20,8 @@ from plunder.states import Status
 from plunder.store import Store
 from tests.gateway.conftest import Keys, client
 from tests.gateway.test_cli import cli, ok, one_line_error
-from tests.gateway.test_remote_worker import remote_worker, run_diamond, serving
+from tests.gateway.test_remote_worker import remote_worker, serving
+from tests.support.flows import run_diamond
 from tests.support.gateway import Gateway
 
 UNKNOWN = 10**12  # an id no test reaches
@@ -59,7 +60,7 @@ def test_a_diamond_enqueued_through_the_gateway_runs_on_a_remote_worker(
     worker = remote_worker(gateway, keys.gpu_worker, log, "-c", "4")
     try:
         serving(store, 1)
-        ids = run_diamond(gpu, log)  # enqueued through the gateway
+        ids = run_diamond(gpu, log.read_text)  # enqueued through the gateway
         state = gpu.workflow(ids[3])  # read through the gateway
         assert [job.id for job in state.jobs] == ids
         assert {job.status for job in state.jobs} == {Status.SUCCEEDED}

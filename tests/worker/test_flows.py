@@ -8,6 +8,7 @@ import signal
 import plunder
 from plunder.states import Outcome, Status
 from plunder.store import Store
+from tests.support.flows import run_diamond
 from tests.worker.conftest import EXPIRY, JANITOR, Workers, session_of, wait_for
 
 
@@ -18,16 +19,8 @@ def test_a_diamond_run_by_a_worker_gives_d_the_results_of_b_and_c(
     wait_for(lambda: session_of(store, proc.pid), what="worker session")
     app = plunder.App(store_url)
     try:
-        flow = plunder.Flow(app)
-        a = flow.add("gather", "a")
-        b, c = flow.group(plunder.call("gather", "b"), plunder.call("gather", "c"), after=a)
-        d = flow.add("gather", "d", after=[b, c])
-        workflow = flow.enqueue()
-        ids = [workflow.job(n).id for n in (a, b, c, d)]
-        result = workflow.job(d).result(timeout=30)
-        assert result == ["d", [[ids[1], ["b", [[ids[0], ["a", []]]]]],
-                                [ids[2], ["c", [[ids[0], ["a", []]]]]]]]  # fmt: skip
-        state = app.workflow(workflow.id)
+        ids = run_diamond(app, lambda: workers.log(0))
+        state = app.workflow(ids[0])
         assert [j.status for j in state.jobs] == [Status.SUCCEEDED] * 4
         assert state.parents(ids[3]) == ids[1:3]
     finally:

@@ -278,7 +278,10 @@ class Turns:
         if not self.queues:  # it left every queue (plunder.membership): nothing to claim
             return False
         room = free - pipe.claiming
-        limit = room if self.wide else min(room, self.share())
+        # from idle, every free slot: a share that came back full would send the next turn
+        # at once, its Python holding the GIL the first job's thread is waiting for
+        idle = not pipe.in_flight and not self.slots.busy()
+        limit = room if self.wide or idle else min(room, self.share())
         if limit <= 0:
             return False
         done = self.outbox.completions[: self.ack_batch]

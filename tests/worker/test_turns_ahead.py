@@ -98,10 +98,29 @@ def test_a_busy_worker_sends_turns_ahead_and_runs_each_job_once(store_url: str) 
     if store_url.startswith("sqlite"):
         assert worker._turns.pipe is None
     else:  # turns of at most a third of the slots, most of them sent behind another (the
-        # slots of the third in flight are free only once every job started has finished)
+        # slots of the third in flight are free only once every job started has finished);
+        # one sent from idle offers every free slot
         limits, behind = [s.limit for s in sends], [s.behind for s in sends]
-        assert len(limits) >= 60 and max(limits) == 10
+        ahead = [s.limit for s in sends if s.behind]
+        assert len(limits) >= 60 and max(ahead) == 10 and max(limits) <= 30
         assert max(behind) <= 3 - 1 and behind.count(1) >= len(behind) // 2
+
+
+def test_an_idle_worker_offers_every_free_slot_and_sends_nothing_behind(
+    store_url: str,
+) -> None:
+    """Woken from idle, one turn claims up to every free slot: a share of them that came
+    back full would send the next turn at once, while the first job's thread waits."""
+    tasks.app.configure(url=store_url, heartbeat_interval=0.1, session_expiry=2.0)
+    worker = Worker(tasks.app, WorkerOptions(concurrency=4))
+    sends = watch_sends(worker)
+    with running(worker):
+        wait_for(lambda: worker.session is not None, timeout=10)
+        drained(worker, 1)
+    if store_url.startswith("sqlite"):
+        assert worker._turns.pipe is None
+    else:
+        assert sends and all(s.limit == 4 and not s.behind for s in sends), sends
 
 
 def test_each_turn_carries_every_result_waiting_with_more_slots_than_ack_batch(
@@ -189,14 +208,14 @@ def test_a_report_that_may_have_seen_the_turn_in_flight_waits_for_it(store_url: 
         session = worker.session
         assert session is not None
         (orphan,) = claim(worker.store, session, tasks=["sleepy"], limit=1)  # its answer lost
-        assert worker._turns.send(6)  # a claim of two (a third of the slots)
-        wait_for(lambda: len(running_claims(worker)) == 3, what="the turn committed")
+        assert worker._turns.send(6)  # from idle, a claim of every free slot: the other three
+        wait_for(lambda: len(running_claims(worker)) == 4, what="the turn committed")
         in_flight = running_claims(worker) - {orphan.claim}
         # a heartbeat's report that came after the turn was sent may have seen its claims
         worker._liveness.report_unknown([orphan.claim, *in_flight])
         worker._give_back_unknown()
         assert running_claims(worker) == {orphan.claim, *in_flight}  # nothing given back
-        assert worker._turns.read() == 2  # the turn read, its jobs started
+        assert worker._turns.read() == 3  # the turn read, its jobs started
         assert worker._slots.running_ids() == {c.job_id for c in in_flight}
         worker._give_back_unknown()  # now the report is acted on: the orphan goes back
         assert running_claims(worker) >= in_flight
@@ -212,7 +231,7 @@ def test_a_report_that_may_have_seen_the_turn_in_flight_waits_for_it(store_url: 
 def test_a_worker_stopping_with_a_turn_in_flight_runs_its_jobs(store_url: str) -> None:
     with idle_worker(store_url, concurrency=12) as worker:
         jobs = tasks.add.enqueue_many([(i, 2) for i in range(4)])
-        assert worker._turns.send(12)  # a claim of four (a third of the slots)
+        assert worker._turns.send(12)  # a claim of every free slot, which takes the four
         worker.stop()
         worker._drain()
         assert worker.stats["claimed"] == 4 and worker.stats["succeeded"] == 4
@@ -225,9 +244,9 @@ def test_the_results_of_a_turn_cut_in_flight_go_out_with_the_next(store_url: str
     (a completion that committed already is accepted again), nothing runs twice."""
     with idle_worker(store_url, concurrency=12) as worker:
         jobs = tasks.add.enqueue_many([(i, 3) for i in range(4)])
-        assert worker._turns.send(12) and worker._turns.read() == 4  # a claim of four, started
-        assert worker._turns.pipe is not None  # the claim sent ahead of their start: none left
-        assert worker._turns.pipe.receive().claimed == 0
+        # from idle, a claim of every free slot: four came, none was sent ahead of them
+        assert worker._turns.send(12) and worker._turns.read() == 4
+        assert worker._turns.in_flight() == 0
         wait_for(
             lambda: worker._slots.collect(block=False) or len(worker._slots.outbox.completions) == 4
         )

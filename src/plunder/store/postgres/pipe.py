@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import re
 import select
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -234,16 +235,19 @@ class Shape:
 
 
 class Shapes:
-    """The shape of a binary result, made once per connection and column types."""
+    """The shape of a binary result, made once per connection and column types (a pipe
+    takes its connections from a pool, in turn)."""
 
     def __init__(self) -> None:
-        self._key: tuple[psycopg.Connection[Any] | None, tuple[int, ...]] = (None, ())
-        self._shape = Shape([], ())
+        self._made: weakref.WeakKeyDictionary[
+            psycopg.Connection[Any], tuple[tuple[int, ...], Shape]
+        ] = weakref.WeakKeyDictionary()
 
     def of(self, result: PGresult, conn: psycopg.Connection[Any]) -> Shape:
         types = tuple(map(result.ftype, range(result.nfields)))
-        if self._key[0] is conn and self._key[1] == types:
-            return self._shape
+        made = self._made.get(conn)
+        if made is not None and made[0] == types:
+            return made[1]
         adapters, encoding = conn.adapters, conn.info.encoding
         loads: list[Load] = []
         for oid in types:
@@ -252,5 +256,6 @@ class Shapes:
                 raise psycopg.InterfaceError(f"no binary loader for the type of oid {oid}")
             loads.append(loader(oid, conn).load)
         names = [(result.fname(i) or b"").decode(encoding) for i in range(len(types))]
-        self._key, self._shape = (conn, types), Shape(names, tuple(loads))
-        return self._shape
+        shape = Shape(names, tuple(loads))
+        self._made[conn] = (types, shape)
+        return shape

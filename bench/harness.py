@@ -194,6 +194,15 @@ SYSTEMS = {
             extra=(("worker_args", SERIAL.split()),),
         ),
         System(
+            "plunder_pg_default",
+            "pg",
+            False,
+            {"4": ["first_line"]},
+            "as plunder_pg's scenario 4, with the worker command's default concurrency "
+            "(`-c 4`): the first line as a user who sets nothing sees it",
+            extra=(("worker_args", ["-c", "4"]),),
+        ),
+        System(
             "plunder_pg_metrics",
             "pg",
             False,

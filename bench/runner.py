@@ -20,6 +20,7 @@ MODULES = {
     "plunder_pg_serial": "bench.systems.plunder",
     "plunder_pg_process": "bench.systems.plunder",
     "plunder_pg_metrics": "bench.systems.plunder",
+    "plunder_pg_default": "bench.systems.plunder",
     "plunder_sqlite": "bench.systems.plunder",
     "plunder_gw": "bench.systems.plunder_gateway",
     "raw_pg": "bench.systems.raw_pg",

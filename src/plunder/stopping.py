@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from plunder.execution import Handle
+from plunder.halting import Halt
 
 log = logging.getLogger("plunder.worker")
 
@@ -106,7 +107,7 @@ class Stopping:
         return min(due) if due else None
 
 
-def install_signals(stop: threading.Event, halt: threading.Event, grace: float) -> None:
+def install_signals(stop: threading.Event, halt: Halt, grace: float) -> None:
     """SIGTERM or SIGINT sets ``stop`` (a graceful stop: running jobs get ``grace``
     seconds); a second one sets ``halt`` too (at once)."""
 

@@ -42,6 +42,7 @@ class Call:
     deadline: float | None
     thread: int
     reason: str | None = None  # why it was cut, once it was
+    final: bool = False  # given up for good: not to be tried again (see cut_all)
 
 
 def shut_down(descriptor: int) -> bool:
@@ -93,12 +94,15 @@ class Deadlines:
             with self._lock:
                 del self._calls[key]
 
-    def cut_all(self, reason: str) -> int:
+    def cut_all(self, reason: str, *, final: bool = False) -> int:
         """Cut every call in flight now, except the calling thread's own (it is here, so
-        it waits for no answer); how many were cut."""
+        it waits for no answer); how many were cut. ``final``: the calls are given up, not
+        tried again on a fresh connection (a worker that halts)."""
         me = threading.get_ident()
         with self._lock:
             calls = [c for c in self._calls.values() if c.reason is None and c.thread != me]
+            for call in calls:
+                call.final = final
             return sum(self._cut(call, reason) for call in calls)
 
     def reason_of(self, conn: Any) -> str | None:

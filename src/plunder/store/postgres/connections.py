@@ -27,13 +27,18 @@ def call_deadline(
 ) -> Iterator[None]:
     """Run the block as one call on ``conn`` that is cut after ``timeout`` seconds (never,
     for None: only ``cut_all``); a cut call raises StoreBusy, which is retried on a fresh
-    connection like any lost connection."""
+    connection like any lost connection, or StoreUnavailable, not retried, where the cut
+    gave it up for good (``cut_all(final=True)``)."""
     with deadlines.watch(conn, timeout) as call:
         try:
             yield
         except (psycopg.Error, errors.StoreBusy) as exc:
             if call.reason is None:
                 raise
+            if call.final:
+                raise errors.StoreUnavailable(
+                    f"{url}: {call.reason}; the connection was cut, the call given up"
+                ) from exc
             raise errors.StoreBusy(f"{url}: {call.reason}; the connection was cut") from exc
 
 

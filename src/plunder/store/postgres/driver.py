@@ -354,15 +354,19 @@ class PgDriver:
             self._limit(tx, conn)
             yield tx
 
-    def calls_cut(self, reason: str) -> int:
+    def calls_cut(self, reason: str, *, final: bool = False) -> int:
         """Cut every call in flight on this store's connections (each fails with
         StoreBusy); how many. For a worker that stopped trusting its session: whatever it
         still waits for would be refused by the database anyway, and a call stuck on a hung
         peer would otherwise hold its thread, and its pooled connection, for good.
 
         The idle connections in the pool are closed too (new ones are opened): they lead to
-        the same peer, and the next call on one that hangs would wait for its deadline."""
-        cut = self.deadlines.cut_all(reason)
+        the same peer, and the next call on one that hangs would wait for its deadline.
+        ``final``: the calls cut are given up (StoreUnavailable), not tried again, and the
+        idle connections are left alone (a worker that halts makes no more calls)."""
+        cut = self.deadlines.cut_all(reason, final=final)
+        if final:
+            return cut
         with self._lock:
             pool = self._pool if self._pid == os.getpid() else None
         drain = getattr(pool, "drain", None)  # psycopg_pool 3.3 and later

@@ -1,0 +1,90 @@
+"""A worker told to stop at once (a second SIGTERM or SIGINT, or ``stop(graceful=False)``)
+ends within moments, whatever its threads are doing.
+
+```
+ set() ── from any thread, a signal handler too ──▶ cutter thread: every call of the
+            worker's link in flight is given up (cut, never tried again), and again every
+            RECUT seconds until run() has returned (a call begun meanwhile)
+ main thread ── its own call ends (cut or answered); it makes no more, joins no thread,
+            writes no result, leaves the session to expire ──▶ "stopped at once"
+ the command ── run() returned ──▶ exit(): the process ends, waiting for none of its threads
+```
+
+No result is written after the worker said it stopped: the main thread says so once its
+last call has ended. The jobs it ran stay claimed by the session, which expires, and the
+janitor rescues them. A cut may end other calls on the same store (another thread of the
+app in this process): each raises StoreUnavailable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+log = logging.getLogger("plunder.worker")
+REASON = "the worker was stopped at once"
+RECUT = 0.1  # seconds between two cuts while run() has not returned
+CUTTING = 10.0  # seconds at most: a run() that never returns is not cut for ever
+
+
+class Halt:
+    """The halt of one worker: ``cut(reason)`` gives up its calls in flight for good."""
+
+    def __init__(self, cut: Callable[[str], int]) -> None:
+        self._cut = cut
+        self._event = threading.Event()
+        self._ended = threading.Event()  # run() returned: nothing more to cut
+        self._cutter: threading.Thread | None = None
+
+    def set(self) -> None:
+        """Halt now. Takes no lock: a signal handler may interrupt the main thread
+        anywhere, a call to this included (two cutters would do no harm)."""
+        self._event.set()
+        if self._cutter is None and not self._ended.is_set():
+            self._cutter = threading.Thread(target=self._cutting, name="plunder-halt", daemon=True)
+            self._cutter.start()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._event.wait(timeout)
+
+    def ended(self) -> None:
+        """run() returned: the cutter stops."""
+        self._ended.set()
+
+    def join(self, thread: threading.Thread, timeout: float) -> None:
+        """Join ``thread`` for ``timeout`` seconds at most, and not at all once halted."""
+        deadline = time.monotonic() + timeout
+        while thread.is_alive() and not self.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            thread.join(min(left, RECUT))
+
+    def _cutting(self) -> None:
+        until = time.monotonic() + CUTTING
+        while True:
+            try:
+                cut = self._cut(REASON)
+            except Exception:  # a bug: said, and the main thread's calls end at deadlines
+                log.exception("could not give up the calls in flight")
+                return
+            if cut:
+                log.warning("gave up %d database calls in flight", cut)
+            if self._ended.wait(RECUT) or time.monotonic() > until:
+                return
+
+
+def exit_process() -> None:
+    """End the process at once, once a halted worker's run() returned: no thread is
+    waited for (a task's, or a pool's) and no atexit handler runs; the log is flushed."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 Fileno = Callable[[Any], int]  # a connection's socket; raises once the connection is gone
+Cancel = Callable[[Any], None]  # asks the server to cancel the statement running on a connection
 
 
 @dataclass
@@ -64,10 +65,11 @@ def shut_down(descriptor: int) -> bool:
 
 class Deadlines:
     """The calls in flight on one store's connections; ``fileno(conn)`` gives a
-    connection's socket descriptor."""
+    connection's socket descriptor, ``cancel(conn)`` cancels its statement on the server."""
 
-    def __init__(self, fileno: Fileno) -> None:
+    def __init__(self, fileno: Fileno, cancel: Cancel | None = None) -> None:
         self._fileno = fileno
+        self._cancel = cancel
         self._lock = threading.Condition()
         self._calls: dict[int, Call] = {}
         self._ids = itertools.count()
@@ -112,6 +114,10 @@ class Deadlines:
 
     def _cut(self, call: Call, reason: str) -> bool:
         call.reason = reason
+        if call.final and self._cancel is not None:
+            # a statement given up for good must not go on: one waiting on a lock would
+            # commit once the lock is free, the cut socket notwithstanding
+            self._cancel(call.conn)
         try:
             descriptor = self._fileno(call.conn)
         except Exception:  # the connection is closed already: nothing to cut

@@ -4,6 +4,7 @@ in the ``options`` startup parameter."""
 
 from __future__ import annotations
 
+import logging
 import re
 import select
 from collections.abc import Iterator
@@ -16,9 +17,27 @@ import psycopg
 from plunder import errors
 from plunder.store.deadlines import Deadlines
 
+log = logging.getLogger("plunder.store")
+
+
+CANCEL_TIMEOUT = 0.5  # seconds to deliver a cancel request: a halt waits no longer
+
 
 def socket_of(conn: psycopg.Connection[Any]) -> int:
     return int(conn.pgconn.socket)  # OperationalError once the connection is closed
+
+
+def cancel_statement(conn: psycopg.Connection[Any]) -> None:
+    """Have the server cancel the statement running on ``conn``, if any (its transaction
+    is then rolled back); a server out of reach is given CANCEL_TIMEOUT seconds."""
+    cancel = getattr(conn, "cancel_safe", None)  # psycopg 3.2 and later
+    try:
+        if cancel is not None:
+            cancel(timeout=CANCEL_TIMEOUT)
+        else:
+            conn.cancel()
+    except psycopg.Error as exc:  # the cut that follows ends the call all the same
+        log.warning("could not cancel a statement given up: %s", first_line(exc))
 
 
 @contextmanager

@@ -58,6 +58,7 @@ from plunder.store.postgres.connections import (
     PgConnection,
     answer_lost,
     call_deadline,
+    cancel_statement,
     connection_kwargs,
     first_line,
     pool_options,
@@ -110,7 +111,7 @@ class PgDriver:
         }
         self.call_timeout = call_timeout
         self.idle_timeout = idle_timeout
-        self.deadlines = Deadlines(socket_of)
+        self.deadlines = Deadlines(socket_of, cancel_statement)
         self._statement_timeout = statement_timeout
         self._tcp_user_timeout = tcp_user_timeout
         self.url = redact(url)
@@ -143,7 +144,7 @@ class PgDriver:
         view.owner = self
         view.call_timeout = call_timeout
         view.idle_timeout = idle_timeout
-        view.deadlines = Deadlines(socket_of)
+        view.deadlines = Deadlines(socket_of, cancel_statement)
         view.limits = server_settings(self._statement_timeout, idle_timeout)
         view.label = application_name
         return view

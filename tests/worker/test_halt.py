@@ -1,0 +1,123 @@
+"""A worker told to stop at once ends within moments whatever its main thread waits for: here
+an acknowledgement held up by a row lock that another connection keeps, while the halt
+comes. Its results are not written, and its jobs stay claimed by its session, to be
+rescued once it expires. PostgreSQL: a call there waits on a socket, which can be cut."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+import pytest
+
+from plunder.model import JobSpec
+from plunder.states import Status
+from plunder.store import Store
+from plunder.worker import Worker, WorkerOptions
+from tests.support import procs
+from tests.worker import tasks
+from tests.worker.conftest import Workers, wait_for
+
+# the worker's calls are cut after two expiries (20 s): only the halt can end one sooner
+SLOW = ["--session-expiry", "10", "--heartbeat-interval", "0.5"]
+HALTED_WITHIN = 3.0  # seconds; a halt takes ~0.1 s, the rest is a loaded machine's margin
+
+
+@pytest.fixture
+def url(store_url: str) -> str:
+    if not store_url.startswith("postgresql"):
+        pytest.skip("a call on SQLite waits on a local file lock, which no cut can end")
+    return store_url
+
+
+@contextmanager
+def rows_locked(url: str, job_ids: list[int]) -> Iterator[psycopg.Connection]:
+    """The jobs' rows locked by another connection until the block ends."""
+    with psycopg.connect(url) as blocker:
+        blocker.execute("SELECT 1 FROM plunder_jobs WHERE id = ANY(%s) FOR UPDATE", (job_ids,))
+        yield blocker
+        blocker.rollback()
+
+
+def lock_waits(conn: psycopg.Connection) -> int:
+    """Statements of other connections waiting on a lock in this database."""
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_second_signal_ends_a_worker_whose_acknowledgement_waits_on_a_lock(
+    url: str, store: Store, workers: Workers
+) -> None:
+    proc = workers.start("-c", "2", "--grace", "60", *SLOW, name="held")
+    wait_for(lambda: any(s.pid == proc.pid for s in store.session_list()), what="a session")
+    jobs = store.job_enqueue_many([JobSpec("sleepy", [1.0]) for _ in range(2)])
+    wait_for(
+        lambda: all(store.job_get(j.id).status == Status.RUNNING for j in jobs),
+        what="both jobs running",
+    )
+    with rows_locked(url, [j.id for j in jobs]) as blocker:
+        proc.send_signal(signal.SIGTERM)  # graceful: the jobs end within a second
+        wait_for(lambda: lock_waits(blocker), what="the acknowledgement waiting on the lock")
+        halted = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            output = procs.stacks(proc, workers.path(0))
+            raise AssertionError(f"no exit 10 s after the second signal:\n{output}") from None
+        took = time.monotonic() - halted
+        assert took < HALTED_WITHIN, f"exited {took:.1f}s after the second signal"
+    log = workers.log(0)
+    assert "stopped at once" in log, log
+    for job in jobs:  # no result written: the session, left to expire, still claims them
+        assert store.job_get(job.id).status == Status.RUNNING
+    assert any(s.pid == proc.pid for s in store.session_list())
+
+
+def test_stop_at_once_ends_run_while_its_acknowledgement_waits_on_a_lock(
+    url: str, store: Store
+) -> None:
+    tasks.app.configure(url=url, session_expiry=10.0, heartbeat_interval=0.5, poll_interval=0.05)
+    worker = Worker(tasks.app, WorkerOptions(concurrency=2, grace=60))
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run(install_signals=False)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        jobs = store.job_enqueue_many([JobSpec("sleepy", [1.0]) for _ in range(2)])
+        wait_for(
+            lambda: all(store.job_get(j.id).status == Status.RUNNING for j in jobs),
+            what="both jobs running",
+        )
+        with rows_locked(url, [j.id for j in jobs]) as blocker:
+            wait_for(lambda: lock_waits(blocker), what="the acknowledgement waiting on the lock")
+            halted = time.monotonic()
+            worker.stop(graceful=False)
+            thread.join(timeout=10)
+            took = time.monotonic() - halted
+            assert not thread.is_alive(), "run() still runs 10 s after stop(graceful=False)"
+            assert took < HALTED_WITHIN, f"run() returned {took:.1f}s after the halt"
+        assert errors == []
+        time.sleep(0.5)  # anything still on its way would land now
+        for job in jobs:
+            assert store.job_get(job.id).status == Status.RUNNING
+        assert worker.session is not None
+        assert worker.session.id in {s.id for s in store.session_list()}  # left to expire
+    finally:
+        worker.stop(graceful=False)
+        thread.join(timeout=10)
+        tasks.app.close()

@@ -7,7 +7,9 @@ ends within moments, whatever its threads are doing.
             RECUT seconds until run() has returned (a call begun meanwhile)
  main thread ── its own call ends (cut or answered); it makes no more, joins no thread,
             writes no result, leaves the session to expire ──▶ "stopped at once"
- the command ── run() returned ──▶ exit(): the process ends, waiting for none of its threads
+ the command ── run() returned ──▶ exit_process(): waits for none of its threads
+ a process whose signals the worker handles ── still there EXIT_AFTER seconds after the
+            halt (a call waits for a pooled connection: no cut ends that) ──▶ it ends
 ```
 
 No result is written after the worker said it stopped: the main thread says so once its
@@ -29,13 +31,17 @@ log = logging.getLogger("plunder.worker")
 REASON = "the worker was stopped at once"
 RECUT = 0.1  # seconds between two cuts while run() has not returned
 CUTTING = 10.0  # seconds at most: a run() that never returns is not cut for ever
+EXIT_AFTER = 1.0  # seconds after the halt, where the worker owns the process (see Halt)
 
 
 class Halt:
-    """The halt of one worker: ``cut(reason)`` gives up its calls in flight for good."""
+    """The halt of one worker: ``cut(reason)`` gives up its calls in flight for good.
+    ``exit_after``: where the worker handles the process's signals, a halt that has not
+    ended run() within this many seconds ends the process (as SIGTERM would by default)."""
 
     def __init__(self, cut: Callable[[str], int]) -> None:
         self._cut = cut
+        self.exit_after: float | None = None
         self._event = threading.Event()
         self._ended = threading.Event()  # run() returned: nothing more to cut
         self._cutter: threading.Thread | None = None
@@ -68,7 +74,7 @@ class Halt:
             thread.join(min(left, RECUT))
 
     def _cutting(self) -> None:
-        until = time.monotonic() + CUTTING
+        started = time.monotonic()
         while True:
             try:
                 cut = self._cut(REASON)
@@ -77,7 +83,14 @@ class Halt:
                 return
             if cut:
                 log.warning("gave up %d database calls in flight", cut)
-            if self._ended.wait(RECUT) or time.monotonic() > until:
+            if self._ended.wait(RECUT):
+                return
+            took = time.monotonic() - started
+            if self.exit_after is not None and took >= self.exit_after:
+                self._cut(REASON)  # a call begun since the last cut
+                log.warning("stopped at once; the process ends %.1fs after the halt", took)
+                exit_process()
+            if took > CUTTING:
                 return
 
 

@@ -172,6 +172,7 @@ class Worker:
         """Work until asked to stop (SIGTERM/SIGINT, or ``stop()``)."""
         if install_signals:
             stopping.install_signals(self._stop, self._halt, self.options.grace)
+            self._halt.exit_after = halting.EXIT_AFTER  # the process is the worker's
         self._open_session()
         self._start_services()  # heartbeats first: ready() may wait for connections
         if not self._halt.is_set():

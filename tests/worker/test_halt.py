@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -19,6 +20,7 @@ from plunder.model import JobSpec
 from plunder.states import Status
 from plunder.store import Store
 from plunder.worker import Worker, WorkerOptions
+from tests.chaos.chaosproxy import ChaosProxy
 from tests.support import procs
 from tests.worker import tasks
 from tests.worker.conftest import Workers, wait_for
@@ -28,11 +30,8 @@ SLOW = ["--session-expiry", "10", "--heartbeat-interval", "0.5"]
 HALTED_WITHIN = 3.0  # seconds; a halt takes ~0.1 s, the rest is a loaded machine's margin
 
 
-@pytest.fixture
-def url(store_url: str) -> str:
-    if not store_url.startswith("postgresql"):
-        pytest.skip("a call on SQLite waits on a local file lock, which no cut can end")
-    return store_url
+# a call on SQLite waits on a local file lock, which no cut can end
+POSTGRES = pytest.mark.parametrize("backend", ["postgres"])
 
 
 @contextmanager
@@ -44,6 +43,17 @@ def rows_locked(url: str, job_ids: list[int]) -> Iterator[psycopg.Connection]:
         blocker.rollback()
 
 
+def halted_in_time(proc: subprocess.Popen[bytes], log: Path, since: float) -> None:
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        output = procs.stacks(proc, log)
+        raise AssertionError(f"no exit 10 s after the second signal:\n{output}") from None
+    took = time.monotonic() - since
+    assert took < HALTED_WITHIN, f"exited {took:.1f}s after the second signal"
+    assert "stopped at once" in log.read_text(errors="replace")
+
+
 def lock_waits(conn: psycopg.Connection) -> int:
     """Statements of other connections waiting on a lock in this database."""
     row = conn.execute(
@@ -53,8 +63,9 @@ def lock_waits(conn: psycopg.Connection) -> int:
     return int(row[0]) if row else 0
 
 
+@POSTGRES
 def test_a_second_signal_ends_a_worker_whose_acknowledgement_waits_on_a_lock(
-    url: str, store: Store, workers: Workers
+    store_url: str, store: Store, workers: Workers
 ) -> None:
     proc = workers.start("-c", "2", "--grace", "60", *SLOW, name="held")
     wait_for(lambda: any(s.pid == proc.pid for s in store.session_list()), what="a session")
@@ -63,29 +74,24 @@ def test_a_second_signal_ends_a_worker_whose_acknowledgement_waits_on_a_lock(
         lambda: all(store.job_get(j.id).status == Status.RUNNING for j in jobs),
         what="both jobs running",
     )
-    with rows_locked(url, [j.id for j in jobs]) as blocker:
+    with rows_locked(store_url, [j.id for j in jobs]) as blocker:
         proc.send_signal(signal.SIGTERM)  # graceful: the jobs end within a second
         wait_for(lambda: lock_waits(blocker), what="the acknowledgement waiting on the lock")
         halted = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            output = procs.stacks(proc, workers.path(0))
-            raise AssertionError(f"no exit 10 s after the second signal:\n{output}") from None
-        took = time.monotonic() - halted
-        assert took < HALTED_WITHIN, f"exited {took:.1f}s after the second signal"
-    log = workers.log(0)
-    assert "stopped at once" in log, log
+        halted_in_time(proc, workers.path(0), halted)
     for job in jobs:  # no result written: the session, left to expire, still claims them
         assert store.job_get(job.id).status == Status.RUNNING
     assert any(s.pid == proc.pid for s in store.session_list())
 
 
+@POSTGRES
 def test_stop_at_once_ends_run_while_its_acknowledgement_waits_on_a_lock(
-    url: str, store: Store
+    store_url: str, store: Store
 ) -> None:
-    tasks.app.configure(url=url, session_expiry=10.0, heartbeat_interval=0.5, poll_interval=0.05)
+    tasks.app.configure(
+        url=store_url, session_expiry=10.0, heartbeat_interval=0.5, poll_interval=0.05
+    )
     worker = Worker(tasks.app, WorkerOptions(concurrency=2, grace=60))
     errors: list[BaseException] = []
 
@@ -103,7 +109,7 @@ def test_stop_at_once_ends_run_while_its_acknowledgement_waits_on_a_lock(
             lambda: all(store.job_get(j.id).status == Status.RUNNING for j in jobs),
             what="both jobs running",
         )
-        with rows_locked(url, [j.id for j in jobs]) as blocker:
+        with rows_locked(store_url, [j.id for j in jobs]) as blocker:
             wait_for(lambda: lock_waits(blocker), what="the acknowledgement waiting on the lock")
             halted = time.monotonic()
             worker.stop(graceful=False)
@@ -121,3 +127,27 @@ def test_stop_at_once_ends_run_while_its_acknowledgement_waits_on_a_lock(
         worker.stop(graceful=False)
         thread.join(timeout=10)
         tasks.app.close()
+
+
+@POSTGRES
+def test_a_second_signal_ends_a_worker_that_waits_for_a_connection(
+    store_url: str, store: Store, tmp_path: Path
+) -> None:
+    """No cut ends a wait for a pooled connection to a database that refuses every one;
+    the process ends all the same."""
+    host, port = store_url.split("@", 1)[1].split("/", 1)[0].rsplit(":", 1)
+    with ChaosProxy(host, int(port)) as proxy:
+        group = Workers(proxy.url_for(store_url), tmp_path)
+        try:
+            proc = group.start("-c", "2", *SLOW, name="refused")
+            wait_for(lambda: any(s.pid == proc.pid for s in store.session_list()), what="a session")
+            proxy.mode = "reset"  # every connection, and every new one, reset at once
+            wait_for(lambda: "Connection refused" in group.log(0) or "reset" in group.log(0))
+            proc.send_signal(signal.SIGTERM)  # graceful: its calls wait for a connection
+            time.sleep(0.3)
+            assert proc.poll() is None
+            halted = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            halted_in_time(proc, group.path(0), halted)
+        finally:
+            group.stop_all()

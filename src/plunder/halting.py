@@ -12,6 +12,10 @@ ends within moments, whatever its threads are doing.
             halt (a call waits for a pooled connection: no cut ends that) ──▶ it ends
 ```
 
+A graceful stop halts too once its calls have outlasted the call timeout, counted from the
+stop or from the last job it waited for (``watch_stop``): with the database out of reach,
+results cannot be written nor the session closed anyway, and it would expire all the same.
+
 No result is written after the worker said it stopped: the main thread says so once its
 last call has ended. The jobs it ran stay claimed by the session, which expires, and the
 janitor rescues them. A cut may end other calls on the same store (another thread of the
@@ -63,6 +67,27 @@ class Halt:
     def ended(self) -> None:
         """run() returned: the cutter stops."""
         self._ended.set()
+
+    def watch_stop(self, stop: threading.Event, timeout: float, busy: Callable[[], bool]) -> None:
+        """A thread's loop until run() ends: once ``stop`` is set and nothing is ``busy()``
+        (jobs running within their grace period), halt ``timeout`` seconds later."""
+        since: float | None = None
+        while not self._ended.wait(RECUT if stop.is_set() else 1.0):
+            if self.is_set():
+                return
+            if not stop.is_set():
+                continue
+            now = time.monotonic()
+            if since is None or busy():
+                since = now
+            elif now - since > timeout - (self.exit_after or 0.0):  # the exit takes that
+                log.warning(
+                    "still stopping %.1fs after the last job, the database does not answer: "
+                    "stopping at once",
+                    now - since,
+                )
+                self.set()
+                return
 
     def join(self, thread: threading.Thread, timeout: float) -> None:
         """Join ``thread`` for ``timeout`` seconds at most, and not at all once halted."""

@@ -173,6 +173,9 @@ class Worker:
         if install_signals:
             stopping.install_signals(self._stop, self._halt, self.options.grace)
             self._halt.exit_after = halting.EXIT_AFTER  # the process is the worker's
+        busy = lambda: bool(self._slots.handles())  # noqa: E731 - jobs within their grace
+        watch = (self._stop, self.deadlines.call_timeout, busy)
+        self._thread("stopping", lambda: self._halt.watch_stop(*watch)).start()
         self._open_session()
         self._start_services()  # heartbeats first: ready() may wait for connections
         if not self._halt.is_set():

@@ -23,7 +23,7 @@ from plunder.worker import Worker, WorkerOptions
 from tests.chaos.chaosproxy import ChaosProxy
 from tests.support import procs
 from tests.worker import tasks
-from tests.worker.conftest import Workers, wait_for
+from tests.worker.conftest import EXPIRY, Workers, wait_for
 
 # the worker's calls are cut after two expiries (20 s): only the halt can end one sooner
 SLOW = ["--session-expiry", "10", "--heartbeat-interval", "0.5"]
@@ -43,14 +43,16 @@ def rows_locked(url: str, job_ids: list[int]) -> Iterator[psycopg.Connection]:
         blocker.rollback()
 
 
-def halted_in_time(proc: subprocess.Popen[bytes], log: Path, since: float) -> None:
+def halted_in_time(
+    proc: subprocess.Popen[bytes], log: Path, since: float, within: float = HALTED_WITHIN
+) -> None:
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         output = procs.stacks(proc, log)
-        raise AssertionError(f"no exit 10 s after the second signal:\n{output}") from None
+        raise AssertionError(f"no exit 10 s after the signal:\n{output}") from None
     took = time.monotonic() - since
-    assert took < HALTED_WITHIN, f"exited {took:.1f}s after the second signal"
+    assert took < within, f"exited {took:.1f}s after the signal"
     assert "stopped at once" in log.read_text(errors="replace")
 
 
@@ -149,5 +151,27 @@ def test_a_second_signal_ends_a_worker_that_waits_for_a_connection(
             halted = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             halted_in_time(proc, group.path(0), halted)
+        finally:
+            group.stop_all()
+
+
+@POSTGRES
+def test_a_stop_ends_within_its_call_timeout_when_the_database_refuses_connections(
+    store_url: str, store: Store, tmp_path: Path
+) -> None:
+    """Graceful, but nothing to wait for: the results and the session close cannot be
+    written anyway, and the session expires."""
+    host, port = store_url.split("@", 1)[1].split("/", 1)[0].rsplit(":", 1)
+    call_timeout = 2 * EXPIRY  # the FAST intervals' (config.WorkerDeadlines)
+    with ChaosProxy(host, int(port)) as proxy:
+        group = Workers(proxy.url_for(store_url), tmp_path)
+        try:
+            proc = group.start("-c", "2", name="unreachable")
+            wait_for(lambda: any(s.pid == proc.pid for s in store.session_list()), what="a session")
+            proxy.mode = "reset"
+            wait_for(lambda: "Connection refused" in group.log(0) or "reset" in group.log(0))
+            stopped = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            halted_in_time(proc, group.path(0), stopped, within=call_timeout + HALTED_WITHIN)
         finally:
             group.stop_all()

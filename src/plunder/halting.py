@@ -30,12 +30,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 log = logging.getLogger("plunder.worker")
 REASON = "the worker was stopped at once"
 RECUT = 0.1  # seconds between two cuts while run() has not returned
 CUTTING = 10.0  # seconds at most: a run() that never returns is not cut for ever
 EXIT_AFTER = 1.0  # seconds after the halt, where the worker owns the process (see Halt)
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
 
 
 class Halt:
@@ -68,9 +73,24 @@ class Halt:
         """run() returned: the cutter stops."""
         self._ended.set()
 
-    def watch_stop(self, stop: threading.Event, timeout: float, busy: Callable[[], bool]) -> None:
-        """A thread's loop until run() ends: once ``stop`` is set and nothing is ``busy()``
-        (jobs running within their grace period), halt ``timeout`` seconds later."""
+    def watch(self, stop: threading.Event, timeout: float, busy: Callable[[], object]) -> None:
+        """Until run() ends, on a thread of its own: once ``stop`` is set and nothing is
+        ``busy()`` (jobs running within their grace period), halt ``timeout`` seconds
+        later."""
+        args = (stop, timeout, busy)
+        threading.Thread(
+            target=self._watch, args=args, name="plunder-stopping", daemon=True
+        ).start()
+
+    def close(self, store: Closable) -> None:
+        """Close ``store`` now; once halted, on a thread of its own (a pool's close waits
+        for its threads, which may be connecting)."""
+        if self.is_set():
+            threading.Thread(target=store.close, name="plunder-close", daemon=True).start()
+        else:
+            store.close()
+
+    def _watch(self, stop: threading.Event, timeout: float, busy: Callable[[], object]) -> None:
         since: float | None = None
         while not self._ended.wait(RECUT if stop.is_set() else 1.0):
             if self.is_set():

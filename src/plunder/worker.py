@@ -173,9 +173,8 @@ class Worker:
         if install_signals:
             stopping.install_signals(self._stop, self._halt, self.options.grace)
             self._halt.exit_after = halting.EXIT_AFTER  # the process is the worker's
-        busy = lambda: bool(self._slots.handles())  # noqa: E731 - jobs within their grace
-        watch = (self._stop, self.deadlines.call_timeout, busy)
-        self._thread("stopping", lambda: self._halt.watch_stop(*watch)).start()
+        # running jobs have their grace period; the calls after them, the call timeout
+        self._halt.watch(self._stop, self.deadlines.call_timeout, self._slots.handles)
         self._open_session()
         self._start_services()  # heartbeats first: ready() may wait for connections
         if not self._halt.is_set():
@@ -200,7 +199,7 @@ class Worker:
             finally:
                 self._halt.ended()
                 if self._owns_store and self.store is not None:
-                    self._close_store()
+                    self._halt.close(self.store)
 
     def join(self, *queues: str) -> tuple[str, ...]:
         """Claim from ``queues`` too, from now on (from any thread, while ``run()`` has a
@@ -221,15 +220,6 @@ class Worker:
     def halted(self) -> bool:
         """Told to stop at once (a second signal, or ``stop(graceful=False)``)."""
         return self._halt.is_set()
-
-    def _close_store(self) -> None:
-        """The worker's own store, closed when run() returns; halted, on a thread of its
-        own (a pool's close waits for its threads, which may be connecting)."""
-        assert self.store is not None
-        if self._halt.is_set():
-            self._thread("close", self.store.close).start()
-        else:
-            self.store.close()
 
     def _free_slots(self) -> int:
         """The slots free for new jobs (none once stopping), as the session records them

@@ -7,13 +7,13 @@ ends within moments, whatever its threads are doing.
             RECUT seconds until run() has returned (a call begun meanwhile)
  main thread ── its own call ends (cut or answered); it makes no more, joins no thread,
             writes no result, leaves the session to expire ──▶ "stopped at once"
- the command ── run() returned ──▶ exit_process(): waits for none of its threads
- a process whose signals the worker handles ── still there EXIT_AFTER seconds after the
-            halt (a call waits for a pooled connection: no cut ends that) ──▶ it ends
+ a process whose signals the worker handles ── ends as run() returns, waiting for none of
+            its threads, or EXIT_AFTER seconds after the halt if run() has not returned
+            by then (a call that waits for a pooled connection: no cut ends that)
 ```
 
 A graceful stop halts too once its calls have outlasted the call timeout, counted from the
-stop or from the last job it waited for (``watch_stop``): with the database out of reach,
+stop or from the last job it waited for (``watch``): with the database out of reach,
 results cannot be written nor the session closed anyway, and it would expire all the same.
 
 No result is written after the worker said it stopped: the main thread says so once its
@@ -69,9 +69,20 @@ class Halt:
     def wait(self, timeout: float | None = None) -> bool:
         return self._event.wait(timeout)
 
-    def ended(self) -> None:
-        """run() returned: the cutter stops."""
+    def ended(self, store: Closable | None) -> None:
+        """run() returns: the cutter stops, and the worker's own ``store`` (if any) is
+        closed; once halted without waiting (a pool's close waits for its threads, which
+        may be connecting), and where the process is the worker's, it ends now, waiting
+        for none of its threads."""
         self._ended.set()
+        if self.is_set() and self.exit_after is not None:
+            exit_process()
+        if store is None:
+            return
+        if self.is_set():
+            threading.Thread(target=store.close, name="plunder-close", daemon=True).start()
+        else:
+            store.close()
 
     def watch(self, stop: threading.Event, timeout: float, busy: Callable[[], object]) -> None:
         """Until run() ends, on a thread of its own: once ``stop`` is set and nothing is
@@ -81,14 +92,6 @@ class Halt:
         threading.Thread(
             target=self._watch, args=args, name="plunder-stopping", daemon=True
         ).start()
-
-    def close(self, store: Closable) -> None:
-        """Close ``store`` now; once halted, on a thread of its own (a pool's close waits
-        for its threads, which may be connecting)."""
-        if self.is_set():
-            threading.Thread(target=store.close, name="plunder-close", daemon=True).start()
-        else:
-            store.close()
 
     def _watch(self, stop: threading.Event, timeout: float, busy: Callable[[], object]) -> None:
         since: float | None = None
@@ -139,9 +142,16 @@ class Halt:
                 return
 
 
+def stopped(session: str) -> bool:
+    """Said by the main thread once its last call has ended: no result is written after.
+    True: the session is left to expire (no more heartbeats)."""
+    log.warning("stopped at once; session %s will expire and its jobs be rescued", session)
+    return True
+
+
 def exit_process() -> None:
-    """End the process at once, once a halted worker's run() returned: no thread is
-    waited for (a task's, or a pool's) and no atexit handler runs; the log is flushed."""
+    """End the process at once: no thread is waited for (a task's, or a pool's) and no
+    atexit handler runs; the log is flushed."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from plunder.execution import Handle
-from plunder.halting import Halt
+from plunder.halting import EXIT_AFTER, Halt
 
 log = logging.getLogger("plunder.worker")
 
@@ -109,7 +109,8 @@ class Stopping:
 
 def install_signals(stop: threading.Event, halt: Halt, grace: float) -> None:
     """SIGTERM or SIGINT sets ``stop`` (a graceful stop: running jobs get ``grace``
-    seconds); a second one sets ``halt`` too (at once)."""
+    seconds); a second one sets ``halt`` too (at once), which then ends the process."""
+    halt.exit_after = EXIT_AFTER  # the process is the worker's
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if stop.is_set():

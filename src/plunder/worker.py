@@ -93,8 +93,7 @@ class Worker:
         self.error: BaseException | None = None  # what ended run(), raised from a turn
         self.stats = {"claimed": 0, "succeeded": 0, "failed": 0, "stale": 0, "sessions": 0}
         self._stop = threading.Event()  # stop claiming, drain, exit
-        # second signal: exit at once, every call in flight given up (plunder.halting)
-        self._halt = halting.Halt(lambda reason: self.link.cut(reason, final=True))
+        self._halt = halting.Halt(lambda why: self.link.cut(why, final=True))  # at once
         self._session_lost = threading.Event()
         # the session is being closed: gone to the heartbeat, and nothing to cut (a lost
         # session cuts the store's calls, and the store may serve other workers too)
@@ -172,8 +171,6 @@ class Worker:
         """Work until asked to stop (SIGTERM/SIGINT, or ``stop()``)."""
         if install_signals:
             stopping.install_signals(self._stop, self._halt, self.options.grace)
-            self._halt.exit_after = halting.EXIT_AFTER  # the process is the worker's
-        # running jobs have their grace period; the calls after them, the call timeout
         self._halt.watch(self._stop, self.deadlines.call_timeout, self._slots.handles)
         self._open_session()
         self._start_services()  # heartbeats first: ready() may wait for connections
@@ -197,9 +194,7 @@ class Worker:
             try:
                 self._close()
             finally:
-                self._halt.ended()
-                if self._owns_store and self.store is not None:
-                    self._halt.close(self.store)
+                self._halt.ended(self.store if self._owns_store else None)
 
     def join(self, *queues: str) -> tuple[str, ...]:
         """Claim from ``queues`` too, from now on (from any thread, while ``run()`` has a
@@ -215,11 +210,6 @@ class Worker:
         self._stop.set()
         if not graceful:
             self._halt.set()
-
-    @property
-    def halted(self) -> bool:
-        """Told to stop at once (a second signal, or ``stop(graceful=False)``)."""
-        return self._halt.is_set()
 
     def _free_slots(self) -> int:
         """The slots free for new jobs (none once stopping), as the session records them
@@ -466,9 +456,12 @@ class Worker:
         left = self._slots.stop_all("the worker is shutting down", forget=True)
         self._slots.close(timeout=halting.RECUT if self._halt.is_set() else 5)
         self._turns.close()
-        if self._halt.is_set():
-            self._halted()
-            return
+        if not self._halt.is_set():
+            self._close_gracefully([handle.job.claim for handle in left])
+        if self._halt.is_set():  # at once, or while closing: its last call has ended
+            self._closing = halting.stopped(self.session.id if self.session else "?")
+
+    def _close_gracefully(self, started: list[Claim]) -> None:
         for thread in self._services:
             self._halt.join(thread, timeout=5)
         # results on their way are written before the session closes: closing releases
@@ -479,34 +472,20 @@ class Worker:
             outbox.completions, outbox.failures, deadline=time.monotonic() + self.options.grace
         )
         self._closing = True  # closed below, or left to expire: no more heartbeats
-        if self._halt.is_set():  # halted meanwhile: its calls were given up
-            self._halted()
+        if self._halt.is_set():
             return
         if not written:
             log.warning(
                 "results still unwritten after %.0fs; session %s will expire and the "
                 "janitor will judge its jobs",
                 self.options.grace,
-                self._session_name(),
+                self.session.id if self.session else "?",
             )
             return
         if self.session is not None:
             # a stopped task may still run (a thread cannot be killed): its job is
             # released, or ended where its retry_on_lost forbids another run
-            self._close_session([handle.job.claim for handle in left])
-        if self._halt.is_set():  # halted while closing it: the close was given up
-            self._halted()
-
-    def _halted(self) -> None:
-        """Said once the main thread's last call has ended: no result is written after."""
-        self._closing = True  # left to expire: no more heartbeats
-        log.warning(
-            "stopped at once; session %s will expire and its jobs be rescued",
-            self._session_name(),
-        )
-
-    def _session_name(self) -> str:
-        return self.session.id if self.session else "?"
+            self._close_session(started)
 
     def _close_session(self, started: list[Claim]) -> None:
         assert self.session is not None

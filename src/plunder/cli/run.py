@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from plunder import config, errors, halting, metrics
+from plunder import config, errors, metrics
 from plunder.app import App
 from plunder.cli.output import F, user_errors
 from plunder.cli.state import CLI_STORE, State, pass_state
@@ -148,14 +148,20 @@ def worker(
             labels=labels,
         )
         tune_gc()
-        # SIGUSR1 prints every thread's stack to stderr: a worker that hangs says where
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        _stacks_on_usr1()
         running = Worker(app, options, link=_gateway_link(state, app))
         if metrics_port is not None:
             metrics.serve(metrics_port, running.store)
-        running.run()
-        if running.halted:  # at once: none of the process's threads is waited for
-            halting.exit_process()
+        running.run()  # halted, the process ends in there (plunder.halting)
+
+
+def _stacks_on_usr1() -> None:
+    """SIGUSR1 prints every thread's stack to stderr: a worker that hangs says where."""
+    try:
+        sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (captured): nowhere to print
+        return
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def _gateway_link(state: State, app: App) -> HttpLink | None:

@@ -356,20 +356,15 @@ class PgDriver:
             yield tx
 
     def calls_cut(self, reason: str, *, final: bool = False) -> int:
-        """Cut every call in flight on this store's connections (each fails with
-        StoreBusy); how many. For a worker that stopped trusting its session: whatever it
-        still waits for would be refused by the database anyway, and a call stuck on a hung
-        peer would otherwise hold its thread, and its pooled connection, for good.
-
-        The idle connections in the pool are closed too (new ones are opened): they lead to
-        the same peer, and the next call on one that hangs would wait for its deadline.
-        ``final``: the calls cut are given up (StoreUnavailable), not tried again, and the
-        idle connections are left alone (a worker that halts makes no more calls)."""
+        """Cut every call in flight on this store's connections (each fails with StoreBusy;
+        with ``final``, StoreUnavailable, never tried again); how many. For a worker that
+        stopped trusting its session, or halts: the database would refuse what it waits for,
+        and a call stuck on a hung peer would hold its thread and connection for good. Not
+        ``final``, the idle connections in the pool are closed too (new ones are opened):
+        they lead to the same peer, and the next call on one that hangs would wait."""
         cut = self.deadlines.cut_all(reason, final=final)
-        if final:
-            return cut
         with self._lock:
-            pool = self._pool if self._pid == os.getpid() else None
+            pool = self._pool if self._pid == os.getpid() and not final else None
         drain = getattr(pool, "drain", None)  # psycopg_pool 3.3 and later
         if drain is not None:
             drain()

@@ -7,9 +7,9 @@ ends within moments, whatever its threads are doing.
             RECUT seconds until run() has returned (a call begun meanwhile)
  main thread ── its own call ends (cut or answered); it makes no more, joins no thread,
             writes no result, leaves the session to expire ──▶ "stopped at once"
- a process whose signals the worker handles ── ends as run() returns, waiting for none of
-            its threads, or EXIT_AFTER seconds after the halt if run() has not returned
-            by then (a call that waits for a pooled connection: no cut ends that)
+ a stop a signal began ── the process ends as run() returns, waiting for none of its
+            threads, or EXIT_AFTER seconds after the halt if run() has not returned by
+            then (a call that waits for a pooled connection: no cut ends that)
 ```
 
 A graceful stop halts too once its calls have outlasted the call timeout, counted from the
@@ -45,8 +45,8 @@ class Closable(Protocol):
 
 class Halt:
     """The halt of one worker: ``cut(reason)`` gives up its calls in flight for good.
-    ``exit_after``: where the worker handles the process's signals, a halt that has not
-    ended run() within this many seconds ends the process (as SIGTERM would by default)."""
+    ``exit_after``: set where a signal began the stop; the process then ends as run()
+    returns, or this many seconds after the halt if run() has not returned by then."""
 
     def __init__(self, cut: Callable[[str], int]) -> None:
         self._cut = cut
@@ -72,7 +72,7 @@ class Halt:
     def ended(self, store: Closable | None) -> None:
         """run() returns: the cutter stops, and the worker's own ``store`` (if any) is
         closed; once halted without waiting (a pool's close waits for its threads, which
-        may be connecting), and where the process is the worker's, it ends now, waiting
+        may be connecting), and where a signal began the stop, the process ends now, waiting
         for none of its threads."""
         self._ended.set()
         if self.is_set() and self.exit_after is not None:

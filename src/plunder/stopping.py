@@ -109,10 +109,12 @@ class Stopping:
 
 def install_signals(stop: threading.Event, halt: Halt, grace: float) -> None:
     """SIGTERM or SIGINT sets ``stop`` (a graceful stop: running jobs get ``grace``
-    seconds); a second one sets ``halt`` too (at once), which then ends the process."""
-    halt.exit_after = EXIT_AFTER  # the process is the worker's
+    seconds); a second one sets ``halt`` too (at once). A stop a signal began may end
+    the process once halted (plunder.halting), as the signal's default action would; one
+    that ``stop()`` began never does."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        halt.exit_after = EXIT_AFTER
         if stop.is_set():
             log.warning(
                 "second signal: stopping at once; running jobs will be rescued "

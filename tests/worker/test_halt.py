@@ -1,7 +1,8 @@
 """A worker told to stop at once ends within moments whatever its main thread waits for: here
 an acknowledgement held up by a row lock that another connection keeps, while the halt
 comes. Its results are not written, and its jobs stay claimed by its session, to be
-rescued once it expires. PostgreSQL: a call there waits on a socket, which can be cut."""
+rescued once it expires. PostgreSQL: a call there waits on a socket, which can be cut. A
+halt ends the process only where a signal began the stop."""
 
 from __future__ import annotations
 
@@ -175,3 +176,25 @@ def test_a_stop_ends_within_its_call_timeout_when_the_database_refuses_connectio
             halted_in_time(proc, group.path(0), stopped, within=call_timeout + HALTED_WITHIN)
         finally:
             group.stop_all()
+
+
+def test_stop_at_once_never_ends_the_process_that_called_run(store_url: str) -> None:
+    """Only a stop a signal began may end the process: this one returns from run()."""
+    tasks.app.configure(url=store_url, session_expiry=3.0, heartbeat_interval=0.1)
+    worker = Worker(tasks.app, WorkerOptions(concurrency=1))
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def halt_once_open() -> None:
+        wait_for(lambda: worker.session, what="a session")
+        worker.stop(graceful=False)
+
+    stopper = threading.Thread(target=halt_once_open, daemon=True)
+    stopper.start()
+    try:
+        worker.run()  # on the main thread, with the signal handlers, as a script would
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        tasks.app.close()
+    stopper.join(timeout=5)
+    assert worker._halt.is_set() and worker.session is not None

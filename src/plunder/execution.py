@@ -407,8 +407,8 @@ class AsyncRunner:
         if handle.future is not None:
             handle.future.cancel()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5) -> None:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             if self._thread is not None:
-                self._thread.join(timeout=5)
+                self._thread.join(timeout=timeout)

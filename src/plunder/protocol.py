@@ -183,9 +183,10 @@ class WorkerProtocol(Protocol):
         self, session_id: str, *, started: Sequence[Claim] = (), lost: bool = False
     ) -> list[int]: ...
 
-    def cut(self, reason: str) -> int:
+    def cut(self, reason: str, *, final: bool = False) -> int:
         """Give up every call in flight (a lost session: each would be refused, and one
-        stuck on a hung peer would never come back); how many."""
+        stuck on a hung peer would never come back); how many. ``final``: none is tried
+        again (a worker that halts)."""
         ...
 
     def pipe(self) -> Any:

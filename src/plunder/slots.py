@@ -333,7 +333,8 @@ class Slots:
                 self._stopping.add(handle)
         return handles
 
-    def close(self) -> None:
-        """The runners that hold threads or children of their own end."""
-        self._async.close()
+    def close(self, timeout: float = 5) -> None:
+        """The runners that hold threads or children of their own end (the event loop's
+        thread is waited for ``timeout`` seconds at most)."""
+        self._async.close(timeout)
         self._processes.close()

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from plunder.execution import Handle
+from plunder.halting import EXIT_AFTER, Halt
 
 log = logging.getLogger("plunder.worker")
 
@@ -106,11 +107,14 @@ class Stopping:
         return min(due) if due else None
 
 
-def install_signals(stop: threading.Event, halt: threading.Event, grace: float) -> None:
+def install_signals(stop: threading.Event, halt: Halt, grace: float) -> None:
     """SIGTERM or SIGINT sets ``stop`` (a graceful stop: running jobs get ``grace``
-    seconds); a second one sets ``halt`` too (at once)."""
+    seconds); a second one sets ``halt`` too (at once). A stop a signal began may end
+    the process once halted (plunder.halting), as the signal's default action would; one
+    that ``stop()`` began never does."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        halt.exit_after = EXIT_AFTER
         if stop.is_set():
             log.warning(
                 "second signal: stopping at once; running jobs will be rescued "

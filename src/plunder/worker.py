@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from plunder import errors, policy, stopping, tally, tracing
+from plunder import errors, halting, policy, stopping, tally, tracing
 from plunder.admitter import Admitter
 from plunder.app import App
 from plunder.config import WorkerDeadlines
@@ -93,7 +93,7 @@ class Worker:
         self.error: BaseException | None = None  # what ended run(), raised from a turn
         self.stats = {"claimed": 0, "succeeded": 0, "failed": 0, "stale": 0, "sessions": 0}
         self._stop = threading.Event()  # stop claiming, drain, exit
-        self._halt = threading.Event()  # second signal: exit at once
+        self._halt = halting.Halt(lambda why: self.link.cut(why, final=True))  # at once
         self._session_lost = threading.Event()
         # the session is being closed: gone to the heartbeat, and nothing to cut (a lost
         # session cuts the store's calls, and the store may serve other workers too)
@@ -171,6 +171,7 @@ class Worker:
         """Work until asked to stop (SIGTERM/SIGINT, or ``stop()``)."""
         if install_signals:
             stopping.install_signals(self._stop, self._halt, self.options.grace)
+        self._halt.watch(self._stop, self.deadlines.call_timeout, self._slots.handles)
         self._open_session()
         self._start_services()  # heartbeats first: ready() may wait for connections
         if not self._halt.is_set():
@@ -193,8 +194,7 @@ class Worker:
             try:
                 self._close()
             finally:
-                if self._owns_store and self.store is not None:
-                    self.store.close()
+                self._halt.ended(self.store if self._owns_store else None)
 
     def join(self, *queues: str) -> tuple[str, ...]:
         """Claim from ``queues`` too, from now on (from any thread, while ``run()`` has a
@@ -207,9 +207,9 @@ class Worker:
         return self._membership.change(self.link, self.session, remove=queues)
 
     def stop(self, *, graceful: bool = True) -> None:
+        self._stop.set()
         if not graceful:
             self._halt.set()
-        self._stop.set()
 
     def _free_slots(self) -> int:
         """The slots free for new jobs (none once stopping), as the session records them
@@ -390,7 +390,7 @@ class Worker:
         """From the heartbeat thread: stop every task now, give up every call in flight
         (the main loop's, the tasks' own transactions: all of them would be refused now,
         and one stuck on a hung peer would never come back), then wake the main loop."""
-        if self._closing:  # the session is closed, or left to expire, on purpose
+        if self._closing or self._halt.is_set():  # closed, or left to expire, on purpose
             return
         self._session_lost.set()
         self._slots.stop_all("the worker's session was lost", forget=False)
@@ -454,17 +454,16 @@ class Worker:
         for unregister in self._unregister:  # the hub outlives the worker (it is the app's)
             unregister()
         left = self._slots.stop_all("the worker is shutting down", forget=True)
-        self._slots.close()
+        self._slots.close(timeout=halting.RECUT if self._halt.is_set() else 5)
         self._turns.close()
-        if self._halt.is_set():
-            self._closing = True  # left to expire: no more heartbeats
-            log.warning(
-                "stopped at once; session %s will expire and its jobs be rescued",
-                self._session_name(),
-            )
-            return
+        if not self._halt.is_set():
+            self._close_gracefully([handle.job.claim for handle in left])
+        if self._halt.is_set():  # at once, or while closing: its last call has ended
+            self._closing = halting.stopped(self.session.id if self.session else "?")
+
+    def _close_gracefully(self, started: list[Claim]) -> None:
         for thread in self._services:
-            thread.join(timeout=5)
+            self._halt.join(thread, timeout=5)
         # results on their way are written before the session closes: closing releases
         # the session's running jobs, and those would run again. Results still unwritten
         # (a database out of reach) leave the session to expire instead.
@@ -473,21 +472,20 @@ class Worker:
             outbox.completions, outbox.failures, deadline=time.monotonic() + self.options.grace
         )
         self._closing = True  # closed below, or left to expire: no more heartbeats
+        if self._halt.is_set():
+            return
         if not written:
             log.warning(
                 "results still unwritten after %.0fs; session %s will expire and the "
                 "janitor will judge its jobs",
                 self.options.grace,
-                self._session_name(),
+                self.session.id if self.session else "?",
             )
             return
         if self.session is not None:
             # a stopped task may still run (a thread cannot be killed): its job is
             # released, or ended where its retry_on_lost forbids another run
-            self._close_session([handle.job.claim for handle in left])
-
-    def _session_name(self) -> str:
-        return self.session.id if self.session else "?"
+            self._close_session(started)
 
     def _close_session(self, started: list[Claim]) -> None:
         assert self.session is not None

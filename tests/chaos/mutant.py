@@ -35,7 +35,7 @@ def break_fencing() -> None:
             patched = re.sub(fence, unfenced, named[name], count=1, flags=re.S | re.M)
             assert patched != named[name], f"no fence found in {dialect} {name}"
             named[name] = patched
-    PostgresStore.calls_cut = lambda self, reason: 0  # type: ignore[method-assign]
+    PostgresStore.calls_cut = lambda self, reason, final=False: 0  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

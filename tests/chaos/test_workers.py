@@ -11,6 +11,7 @@ import time
 from plunder.states import Outcome, Status
 from tests.chaos.checker import check
 from tests.chaos.harness import System, witness
+from tests.support import procs
 
 
 def _assert_ok(system: System, invariants: tuple[str, ...] = ()) -> None:
@@ -227,7 +228,8 @@ def test_s06_second_signal_stops_at_once(system: System) -> None:
     try:
         leaving.popen.wait(timeout=5)
     except subprocess.TimeoutExpired:  # what the worker last wrote says where it stands
-        raise AssertionError(f"no exit 5 s after the second signal:\n{leaving.output()}") from None
+        output = procs.stacks(leaving.popen, leaving.log)
+        raise AssertionError(f"no exit 5 s after the second signal:\n{output}") from None
     assert time.monotonic() - os_signal_sent < 3.0, "the second signal did not stop at once"
     system.wait_terminal()
     obs = system.observe()

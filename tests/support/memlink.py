@@ -183,7 +183,7 @@ class MemoryLink:
             self.sessions.pop(session_id, None)
             return self._release(session_id)
 
-    def cut(self, reason: str) -> int:
+    def cut(self, reason: str, *, final: bool = False) -> int:
         return 0
 
     def pipe(self) -> None:

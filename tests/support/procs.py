@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,3 +36,16 @@ def run_group(
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def stacks(proc: subprocess.Popen[bytes], log: Path, *, within: float = 3.0) -> str:
+    """A ``plunder worker`` that outlived what was asked of it: SIGUSR1 has it print every
+    thread's stack (faulthandler) to its log; the log, once they are there."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + within
+    while "most recent call first" not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    return log.read_text(errors="replace")

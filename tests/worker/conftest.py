@@ -46,7 +46,7 @@ class Workers:
         args = [sys.executable, "-m", "plunder", "--db", self.url, command]
         if command == "worker":
             args += ["-A", "tests.worker.tasks:app", "--name", name or f"w{index}"]
-        with (self.tmp / f"{command}-{index}.log").open("wb") as log:
+        with self.path(index, command).open("wb") as log:
             proc = subprocess.Popen(
                 [*args, *FAST, *extra],
                 cwd=ROOT,
@@ -58,8 +58,11 @@ class Workers:
         self.procs.append(proc)
         return proc
 
+    def path(self, index: int, command: str = "worker") -> Path:
+        return self.tmp / f"{command}-{index}.log"
+
     def log(self, index: int, command: str = "worker") -> str:
-        return (self.tmp / f"{command}-{index}.log").read_text(errors="replace")
+        return self.path(index, command).read_text(errors="replace")
 
     def stop_all(self) -> None:
         for proc in self.procs:

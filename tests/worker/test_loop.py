@@ -4,9 +4,11 @@ process where a worker must be made to fail or lose its session."""
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +21,7 @@ from plunder.model import SUSPECT_LOSSES, JobSpec
 from plunder.states import Status
 from plunder.store import Store
 from plunder.worker import Worker, WorkerOptions
+from tests.support import procs
 from tests.worker import tasks
 from tests.worker.conftest import Workers, wait_for
 
@@ -66,7 +69,8 @@ def test_a_second_signal_stops_the_worker_at_once(store: Store, workers: Workers
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:  # what the worker last wrote says where it stands
-        raise AssertionError(f"no exit 10 s after the second signal:\n{workers.log(0)}") from None
+        output = procs.stacks(proc, workers.path(0))
+        raise AssertionError(f"no exit 10 s after the second signal:\n{output}") from None
     assert time.monotonic() - stopped < 5
     assert "second signal: stopping at once" in workers.log(0)
 
@@ -99,9 +103,13 @@ class Running:
         except BaseException as exc:
             self.error = exc
 
-    def join(self) -> None:
-        self.thread.join(timeout=15)
-        assert not self.thread.is_alive()
+    def join(self, timeout: float = 15) -> None:
+        self.thread.join(timeout=timeout)
+        if self.thread.is_alive():  # where every thread of this process stands says why
+            with tempfile.TemporaryFile("w+") as out:
+                faulthandler.dump_traceback(out, all_threads=True)
+                out.seek(0)
+                raise AssertionError(f"run() still runs after {timeout}s:\n{out.read()}")
 
     def until(self, condition: Callable[[], object], what: str) -> None:
         """Wait for ``condition``, then stop the worker gracefully and wait for it."""
@@ -150,10 +158,8 @@ def test_stop_at_once_ends_the_worker_without_waiting_for_its_jobs(
     store.job_enqueue_many([JobSpec("sleepy", [30.0]) for _ in range(2)])
     wait_for(lambda: len(running.worker._slots.handles()) == 2, what="both jobs running")
     handles = running.worker._slots.handles()
-    stopped = time.monotonic()
     running.worker.stop(graceful=False)
-    running.join()
-    assert time.monotonic() - stopped < 5  # not the 60 s grace, nor the 30 s jobs
+    running.join(timeout=5)  # not the 60 s grace, nor the 30 s jobs
     assert running.error is None
     assert all(handle.ctx.cancelled for handle in handles)
 
@@ -217,7 +223,9 @@ def test_a_worker_that_closed_its_session_cuts_nothing_on_a_later_heartbeat(
     cuts: list[str] = []
     beats: list[float] = []
     worker = Worker(app, WorkerOptions(concurrency=2))
-    monkeypatch.setattr(worker.store, "calls_cut", lambda reason: cuts.append(reason) or 0)
+    monkeypatch.setattr(
+        worker.store, "calls_cut", lambda reason, final=False: cuts.append(reason) or 0
+    )
     beat = worker._liveness.beat
     monkeypatch.setattr(
         worker._liveness, "beat", lambda conn: beats.append(time.monotonic()) or beat(conn)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import os
 import signal
@@ -147,10 +148,20 @@ def worker(
             labels=labels,
         )
         tune_gc()
+        _stacks_on_usr1()
         running = Worker(app, options, link=_gateway_link(state, app))
         if metrics_port is not None:
             metrics.serve(metrics_port, running.store)
-        running.run()
+        running.run()  # halted, the process ends in there (plunder.halting)
+
+
+def _stacks_on_usr1() -> None:
+    """SIGUSR1 prints every thread's stack to stderr: a worker that hangs says where."""
+    try:
+        sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (captured): nowhere to print
+        return
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def _gateway_link(state: State, app: App) -> HttpLink | None:

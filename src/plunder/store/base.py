@@ -120,10 +120,10 @@ class Store(Features, Protocol):
         """Close for good: later calls raise StoreUnavailable instead of reconnecting."""
         ...
 
-    def calls_cut(self, reason: str) -> int:
+    def calls_cut(self, reason: str, *, final: bool = False) -> int:
         """Cut every database call this store has in flight, wherever it waits (each
-        raises :class:`StoreBusy`); return how many. A no-op where calls cannot hang on a
-        peer (SQLite)."""
+        raises :class:`StoreBusy`, or with ``final`` :class:`StoreUnavailable` and is not
+        tried again); return how many. A no-op where calls cannot hang on a peer (SQLite)."""
         ...
 
     def now(self) -> datetime:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 Fileno = Callable[[Any], int]  # a connection's socket; raises once the connection is gone
+Cancel = Callable[[Any], None]  # asks the server to cancel the statement running on a connection
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Call:
     deadline: float | None
     thread: int
     reason: str | None = None  # why it was cut, once it was
+    final: bool = False  # given up for good: not to be tried again (see cut_all)
 
 
 def shut_down(descriptor: int) -> bool:
@@ -63,10 +65,11 @@ def shut_down(descriptor: int) -> bool:
 
 class Deadlines:
     """The calls in flight on one store's connections; ``fileno(conn)`` gives a
-    connection's socket descriptor."""
+    connection's socket descriptor, ``cancel(conn)`` cancels its statement on the server."""
 
-    def __init__(self, fileno: Fileno) -> None:
+    def __init__(self, fileno: Fileno, cancel: Cancel | None = None) -> None:
         self._fileno = fileno
+        self._cancel = cancel
         self._lock = threading.Condition()
         self._calls: dict[int, Call] = {}
         self._ids = itertools.count()
@@ -93,12 +96,15 @@ class Deadlines:
             with self._lock:
                 del self._calls[key]
 
-    def cut_all(self, reason: str) -> int:
+    def cut_all(self, reason: str, *, final: bool = False) -> int:
         """Cut every call in flight now, except the calling thread's own (it is here, so
-        it waits for no answer); how many were cut."""
+        it waits for no answer); how many were cut. ``final``: the calls are given up, not
+        tried again on a fresh connection (a worker that halts)."""
         me = threading.get_ident()
         with self._lock:
             calls = [c for c in self._calls.values() if c.reason is None and c.thread != me]
+            for call in calls:
+                call.final = final
             return sum(self._cut(call, reason) for call in calls)
 
     def reason_of(self, conn: Any) -> str | None:
@@ -108,6 +114,10 @@ class Deadlines:
 
     def _cut(self, call: Call, reason: str) -> bool:
         call.reason = reason
+        if call.final and self._cancel is not None:
+            # a statement given up for good must not go on: one waiting on a lock would
+            # commit once the lock is free, the cut socket notwithstanding
+            self._cancel(call.conn)
         try:
             descriptor = self._fileno(call.conn)
         except Exception:  # the connection is closed already: nothing to cut

@@ -182,7 +182,7 @@ class Driver(Protocol):
         """A dedicated connection for wake-ups (and its owner's heartbeats)."""
         ...
 
-    def calls_cut(self, reason: str) -> int:
+    def calls_cut(self, reason: str, *, final: bool = False) -> int:
         """Cut every call in flight (see Store.calls_cut); how many."""
         ...
 

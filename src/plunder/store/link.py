@@ -113,8 +113,8 @@ class StoreLink:
     ) -> list[int]:
         return self.store.session_close(session_id, started=started, lost=lost)
 
-    def cut(self, reason: str) -> int:
-        return self.store.calls_cut(reason)
+    def cut(self, reason: str, *, final: bool = False) -> int:
+        return self.store.calls_cut(reason, final=final)
 
     def pipe(self) -> TurnPipe | None:
         return self.store.turn_pipe()

@@ -177,8 +177,8 @@ class SQLStore(FeatureOps):
     def retire(self) -> None:
         self.driver.retire()
 
-    def calls_cut(self, reason: str) -> int:
-        return self.driver.calls_cut(reason)
+    def calls_cut(self, reason: str, *, final: bool = False) -> int:
+        return self.driver.calls_cut(reason, final=final)
 
     def notifications(
         self, *, listen: bool, application_name: str, statement_timeout: float | None = None

@@ -131,9 +131,10 @@ class HttpLink:
         )
         return [int(i) for i in data["released"]]
 
-    def cut(self, reason: str) -> int:
+    def cut(self, reason: str, *, final: bool = False) -> int:
         """Give up the calls in flight: the turns on the pipes now, the others before
-        their next try (a gateway that is down would hold them until their deadline)."""
+        their next try (a gateway that is down would hold them until their deadline);
+        never tried again, ``final`` or not."""
         return sum(pipe.cut(reason) for pipe in self._pipes) + self.client.cut(reason)
 
     def pipe(self) -> HttpPipe:

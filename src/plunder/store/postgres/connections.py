@@ -4,6 +4,7 @@ in the ``options`` startup parameter."""
 
 from __future__ import annotations
 
+import logging
 import re
 import select
 from collections.abc import Iterator
@@ -16,9 +17,27 @@ import psycopg
 from plunder import errors
 from plunder.store.deadlines import Deadlines
 
+log = logging.getLogger("plunder.store")
+
+
+CANCEL_TIMEOUT = 0.5  # seconds to deliver a cancel request: a halt waits no longer
+
 
 def socket_of(conn: psycopg.Connection[Any]) -> int:
     return int(conn.pgconn.socket)  # OperationalError once the connection is closed
+
+
+def cancel_statement(conn: psycopg.Connection[Any]) -> None:
+    """Have the server cancel the statement running on ``conn``, if any (its transaction
+    is then rolled back); a server out of reach is given CANCEL_TIMEOUT seconds."""
+    cancel = getattr(conn, "cancel_safe", None)  # psycopg 3.2 and later
+    try:
+        if cancel is not None:
+            cancel(timeout=CANCEL_TIMEOUT)
+        else:
+            conn.cancel()
+    except psycopg.Error as exc:  # the cut that follows ends the call all the same
+        log.warning("could not cancel a statement given up: %s", first_line(exc))
 
 
 @contextmanager
@@ -27,13 +46,18 @@ def call_deadline(
 ) -> Iterator[None]:
     """Run the block as one call on ``conn`` that is cut after ``timeout`` seconds (never,
     for None: only ``cut_all``); a cut call raises StoreBusy, which is retried on a fresh
-    connection like any lost connection."""
+    connection like any lost connection, or StoreUnavailable, not retried, where the cut
+    gave it up for good (``cut_all(final=True)``)."""
     with deadlines.watch(conn, timeout) as call:
         try:
             yield
         except (psycopg.Error, errors.StoreBusy) as exc:
             if call.reason is None:
                 raise
+            if call.final:
+                raise errors.StoreUnavailable(
+                    f"{url}: {call.reason}; the connection was cut, the call given up"
+                ) from exc
             raise errors.StoreBusy(f"{url}: {call.reason}; the connection was cut") from exc
 
 

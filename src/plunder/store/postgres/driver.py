@@ -58,6 +58,7 @@ from plunder.store.postgres.connections import (
     PgConnection,
     answer_lost,
     call_deadline,
+    cancel_statement,
     connection_kwargs,
     first_line,
     pool_options,
@@ -110,7 +111,7 @@ class PgDriver:
         }
         self.call_timeout = call_timeout
         self.idle_timeout = idle_timeout
-        self.deadlines = Deadlines(socket_of)
+        self.deadlines = Deadlines(socket_of, cancel_statement)
         self._statement_timeout = statement_timeout
         self._tcp_user_timeout = tcp_user_timeout
         self.url = redact(url)
@@ -143,7 +144,7 @@ class PgDriver:
         view.owner = self
         view.call_timeout = call_timeout
         view.idle_timeout = idle_timeout
-        view.deadlines = Deadlines(socket_of)
+        view.deadlines = Deadlines(socket_of, cancel_statement)
         view.limits = server_settings(self._statement_timeout, idle_timeout)
         view.label = application_name
         return view
@@ -354,17 +355,16 @@ class PgDriver:
             self._limit(tx, conn)
             yield tx
 
-    def calls_cut(self, reason: str) -> int:
-        """Cut every call in flight on this store's connections (each fails with
-        StoreBusy); how many. For a worker that stopped trusting its session: whatever it
-        still waits for would be refused by the database anyway, and a call stuck on a hung
-        peer would otherwise hold its thread, and its pooled connection, for good.
-
-        The idle connections in the pool are closed too (new ones are opened): they lead to
-        the same peer, and the next call on one that hangs would wait for its deadline."""
-        cut = self.deadlines.cut_all(reason)
+    def calls_cut(self, reason: str, *, final: bool = False) -> int:
+        """Cut every call in flight on this store's connections (each fails with StoreBusy;
+        with ``final``, StoreUnavailable, never tried again); how many. For a worker that
+        stopped trusting its session, or halts: the database would refuse what it waits for,
+        and a call stuck on a hung peer would hold its thread and connection for good. Not
+        ``final``, the idle connections in the pool are closed too (new ones are opened):
+        they lead to the same peer, and the next call on one that hangs would wait."""
+        cut = self.deadlines.cut_all(reason, final=final)
         with self._lock:
-            pool = self._pool if self._pid == os.getpid() else None
+            pool = self._pool if self._pid == os.getpid() and not final else None
         drain = getattr(pool, "drain", None)  # psycopg_pool 3.3 and later
         if drain is not None:
             drain()

@@ -309,7 +309,7 @@ class SqliteDriver:
     def list_out(self, value: Any) -> list[str]:
         return list(payload.decode(value) or [])
 
-    def calls_cut(self, reason: str) -> int:
+    def calls_cut(self, reason: str, *, final: bool = False) -> int:
         return 0  # nothing to cut: no network between this process and the file
 
     def commit_lost(self, exc: BaseException | None) -> bool:

@@ -132,7 +132,7 @@ async def exchange(gateway: Gateway, request: Request) -> Response:
     if claim is not None:
         await gateway.require_queues(key, claim.queues)
     if claim is None or not claim.limit or not wait:
-        reply = await run_in_threadpool(gateway.link.exchange, session_id, outcomes, claim)
+        reply = await run_in_threadpool(_exchange, gateway, session_id, outcomes, claim)
         return JSONResponse(wire_exchange.reply_out(reply))
     reply = await _long_poll(
         gateway, request, session_id=session_id, outcomes=outcomes, claim=claim, wait=wait
@@ -157,7 +157,7 @@ async def _long_poll(
     deadline = loop.time() + wait
     unregister = gateway.app.hub.on_work(list(claim.queues), _waker(loop, woken))
     try:
-        reply = await run_in_threadpool(gateway.link.exchange, session_id, outcomes, claim)
+        reply = await run_in_threadpool(_exchange, gateway, session_id, outcomes, claim)
         while not reply.claimed:
             left = deadline - loop.time()
             if left <= 0 or await request.is_disconnected():
@@ -167,11 +167,29 @@ async def _long_poll(
                     poll = min(left, gateway.app.settings.poll_interval)
                     await asyncio.wait_for(woken.wait(), poll)
             woken.clear()
-            again = await run_in_threadpool(gateway.link.exchange, session_id, [], claim)
+            again = await run_in_threadpool(_exchange, gateway, session_id, [], claim)
             reply = dataclasses.replace(reply, claimed=again.claimed, children=again.children)
         return reply
     finally:
         unregister()
+
+
+def _exchange(
+    gateway: Gateway, session_id: str, outcomes: list[Outcome], claim: ClaimRequest | None
+) -> Reply:
+    """The exchange, on a worker thread. A claim alone (an idle worker's, or a long-poll's
+    after a wake-up) is the store's claim: one statement that commits on its own where the
+    database allows, not a transaction of three round trips."""
+    if outcomes or claim is None or not claim.limit:
+        return gateway.link.exchange(session_id, outcomes, claim)
+    jobs = gateway.store.job_claim_many(
+        session_id,
+        queues=claim.queues,
+        tasks=claim.tasks,
+        limit=claim.limit,
+        take_suspect=claim.take_suspect,
+    )
+    return Reply(claimed=tuple(jobs))
 
 
 async def append(gateway: Gateway, request: Request) -> Response:

@@ -233,7 +233,10 @@ class Client:
         with self._lock:
             base = self.urls[self._preferred]
             if self._http is None:
-                self._http = httpx.Client(headers=self.headers(), verify=self.verify)
+                # directly, as every call goes (no proxy from the environment)
+                self._http = httpx.Client(
+                    headers=self.headers(), verify=self.verify, trust_env=False
+                )
             streams = self._http
         timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT)
         return streams.stream("GET", base + path, headers=headers, timeout=timeout)

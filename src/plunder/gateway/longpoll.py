@@ -112,7 +112,12 @@ class _Poll:
             if future is None:
                 self._woken = True
                 return
-        _executor(self.gateway).submit(self._claim, future)
+        try:
+            _executor(self.gateway).submit(self._claim, future)
+        except RuntimeError:  # the interpreter is shutting down: the wait must still end
+            gone = errors.StoreUnavailable("the gateway is shutting down")
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                self.loop.call_soon_threadsafe(_settle, future, None, gone)
 
     def _claim(self, future: asyncio.Future[Reply]) -> None:
         """On a claim thread: the claim, its answer (or its error) handed to the loop."""

@@ -102,12 +102,15 @@ class Gateway:
                 self._owners.clear()
             self._owners[session_id] = key_id
 
-    def owner(self, session_id: str) -> str | None:
+    def owner(self, session_id: str, *, read: bool = True) -> str | None:
         """The key that opened a session (None: no such session, or a direct one). A
-        session's key never changes, so it is read from the database once."""
+        session's key never changes, so it is read from the database once. ``read=False``
+        (on the event loop): MustRead where that would read."""
         with self._lock:
             if session_id in self._owners:
                 return self._owners[session_id]
+        if not read:
+            raise MustRead
         session = self.store.session_get(session_id)
         if session is None:
             return None  # not remembered: it may be opened by then, on another gateway
@@ -130,7 +133,10 @@ async def key_of(gateway: Gateway, request: Request, action: str, what: str = "d
 
 async def own_session(gateway: Gateway, key: ApiKey, session_id: str) -> None:
     """Refused (404, as for a session that does not exist) unless ``key`` opened it."""
-    owner = await run_in_threadpool(gateway.owner, session_id)
+    try:  # mostly known already: no thread, no database
+        owner = gateway.owner(session_id, read=False)
+    except MustRead:
+        owner = await run_in_threadpool(gateway.owner, session_id)
     if owner is None or owner != key.id:
         raise Refused(404, f"no session {session_id[:40]!r} of this key")
 

@@ -3,9 +3,8 @@ exchanges and stream events, each bound to the key that opened the session.
 
 An exchange with nothing to claim waits (its claim request's ``wait`` seconds) for a
 wake-up from the gateway's own LISTEN (or SQLite's data_version) on the claim's queues,
-then claims again:
-an idle remote worker hears of a new job in milliseconds, and the database is not polled
-for it.
+then claims again (plunder.gateway.longpoll): an idle remote worker hears of a new job in
+milliseconds, and the database is not polled for it.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from starlette.routing import Route
 
 from plunder import errors, wire, wire_exchange
 from plunder.access import ApiKey
+from plunder.gateway import longpoll
 from plunder.gateway.auth import Refused
 from plunder.gateway.server import (
     MAX_WAIT,
@@ -33,7 +33,6 @@ from plunder.gateway.server import (
     own_session,
     refusal,
 )
-from plunder.protocol import ClaimRequest, Outcome, Reply
 
 ROUTES = [
     ("/v1/sessions", "POST", "open"),
@@ -132,46 +131,12 @@ async def exchange(gateway: Gateway, request: Request) -> Response:
     if claim is not None:
         await gateway.require_queues(key, claim.queues)
     if claim is None or not claim.limit or not wait:
-        reply = await run_in_threadpool(gateway.link.exchange, session_id, outcomes, claim)
+        reply = await run_in_threadpool(longpoll.exchange, gateway, session_id, outcomes, claim)
         return JSONResponse(wire_exchange.reply_out(reply))
-    reply = await _long_poll(
+    reply = await longpoll.long_poll(
         gateway, request, session_id=session_id, outcomes=outcomes, claim=claim, wait=wait
     )
     return JSONResponse(wire_exchange.reply_out(reply))
-
-
-async def _long_poll(
-    gateway: Gateway,
-    request: Request,
-    *,
-    session_id: str,
-    outcomes: list[Outcome],
-    claim: ClaimRequest,
-    wait: float,
-) -> Reply:
-    """The exchange, then, while it claimed nothing, a wait for a wake-up on the claim's
-    queues (the poll interval at most) and the claim again, until ``wait`` passes. The
-    wake-up is registered before the first claim, so none falls between."""
-    loop = asyncio.get_running_loop()
-    woken = asyncio.Event()
-    deadline = loop.time() + wait
-    unregister = gateway.app.hub.on_work(list(claim.queues), _waker(loop, woken))
-    try:
-        reply = await run_in_threadpool(gateway.link.exchange, session_id, outcomes, claim)
-        while not reply.claimed:
-            left = deadline - loop.time()
-            if left <= 0 or await request.is_disconnected():
-                return reply
-            if not reply.children:  # else children of its completions may be pending now
-                with contextlib.suppress(TimeoutError):  # the poll: a wake-up may be lost
-                    poll = min(left, gateway.app.settings.poll_interval)
-                    await asyncio.wait_for(woken.wait(), poll)
-            woken.clear()
-            again = await run_in_threadpool(gateway.link.exchange, session_id, [], claim)
-            reply = dataclasses.replace(reply, claimed=again.claimed, children=again.children)
-        return reply
-    finally:
-        unregister()
 
 
 async def append(gateway: Gateway, request: Request) -> Response:

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json as jsonlib
 import ssl
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 
 from plunder import errors, policy
+from plunder.store.http.lines import Answer, Lines, Lost, Request, Unreached
 from plunder.wire import WireError
 
 RETRYABLE = frozenset({429, 502, 503, 504})
@@ -41,7 +44,8 @@ def split_urls(url: str) -> list[str]:
 
 
 class Client:
-    """One process's connections to its gateways (httpx keeps them alive; thread-safe)."""
+    """One process's connections to its gateways, kept alive (plunder.store.http.lines;
+    httpx for streams); thread-safe."""
 
     def __init__(
         self,
@@ -67,12 +71,10 @@ class Client:
             verify = ssl.create_default_context(cafile=verify)
         self.verify = verify
         self._key = key
-        self._http = httpx.Client(
-            timeout=httpx.Timeout(call_timeout, connect=CONNECT_TIMEOUT),
-            headers=self.headers(),
-            verify=self.verify,
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
-        )
+        self._lines = Lines(self.verify)
+        self._plain = self.headers()
+        self._json = {**self._plain, "Content-Type": "application/json"}
+        self._http: httpx.Client | None = None  # for streams, made at the first
         self._lock = threading.Lock()
         self._preferred = 0  # the gateway that answered last
         self._closed = False
@@ -91,7 +93,11 @@ class Client:
 
     def close(self) -> None:
         self._closed = True
-        self._http.close()
+        self._lines.close()
+        with self._lock:
+            streams, self._http = self._http, None
+        if streams is not None:
+            streams.close()
 
     def cut(self, reason: str) -> int:
         """From any thread: every call in its loop of tries gives up before its next try
@@ -122,9 +128,15 @@ class Client:
         total = self.busy_total if timeout is None else min(self.busy_total, timeout)
         backoff = policy.BusyBackoff(total=total)
         limit = (self.call_timeout if timeout is None else timeout) + wait
-        request: dict[str, Any] = {"method": method, "json": json, "params": params}
+        # as httpx encoded them: compact UTF-8 JSON, no NaN; true/false in the query
+        body = None
+        if json is not None:
+            text = jsonlib.dumps(json, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            body = text.encode("utf-8")
+        query = urlencode({k: _text(v) for k, v in params.items()}) if params else ""
+        request = Request(method, path, query, body, self._plain if body is None else self._json)
         with self._trying_call() as cuts:
-            return self._tries(path, request, idempotent, cuts, (deadline, limit, backoff))
+            return self._tries(request, idempotent, cuts, (deadline, limit, backoff))
 
     @contextlib.contextmanager
     def _trying_call(self) -> Iterator[int]:
@@ -139,7 +151,7 @@ class Client:
                 self._trying -= 1
 
     def _tries(
-        self, path: str, request: dict[str, Any], idempotent: bool, cuts: int,
+        self, request: Request, idempotent: bool, cuts: int,
         budget: tuple[float | None, float, policy.BusyBackoff],
     ) -> Any:  # fmt: skip
         """The gateways in turn, round after round, until one answers, the budget (the
@@ -152,14 +164,13 @@ class Client:
                 left = limit if deadline is None else deadline - time.monotonic()
                 if left <= 0:
                     break
-                request["timeout"] = httpx.Timeout(left, connect=min(CONNECT_TIMEOUT, left))
-                response, failure = self._try(base, path, request, idempotent)
+                response, failure = self._try(base, request, idempotent, left)
                 if response is None:
                     continue
                 self.prefer(index)
-                if response.status_code >= 400:
+                if response.status >= 400:
                     raise _error(response, base)
-                return None if response.status_code == 204 else response.json()
+                return None if response.status == 204 else response.json()
             pause = backoff.next_wait()
             if deadline is not None and pause is not None:
                 pause = min(pause, deadline - time.monotonic())
@@ -176,21 +187,23 @@ class Client:
                 raise errors.StoreUnavailable(f"{self.url}: call given up: {self._cut_reason}")
 
     def _try(
-        self, base: str, path: str, request: dict[str, Any], idempotent: bool
-    ) -> tuple[httpx.Response | None, Exception | None]:
-        """One gateway's answer, or (None, why) where the next one is to be tried."""
+        self, base: str, request: Request, idempotent: bool, left: float
+    ) -> tuple[Answer | None, Exception | None]:
+        """One gateway's answer within ``left`` seconds, or (None, why) where the next one
+        is to be tried."""
         try:
-            response = self._http.request(url=base + path, **request)
-        except httpx.ConnectError as exc:  # never reached it: safe to send again
+            response = self._lines.request(
+                base, request, timeout=left, connect_timeout=min(CONNECT_TIMEOUT, left)
+            )
+        except Unreached as exc:  # never reached it: safe to send again
             return None, errors.StoreUnavailable(f"{base}: {exc}")
-        except httpx.TransportError as exc:
+        except Lost as exc:
             if not idempotent:
                 raise errors.OutcomeUnknown(
-                    f"{base}: the connection was lost before the answer; the request "
-                    "may or may not have been carried out"
+                    f"{base}: {exc}; the request may or may not have been carried out"
                 ) from exc
-            return None, errors.StoreUnavailable(f"{base}: {type(exc).__name__}: {exc}")
-        status = response.status_code
+            return None, errors.StoreUnavailable(f"{base}: {exc}")
+        status = response.status
         if status in RETRYABLE and (idempotent or status in NOT_TAKEN):
             return None, _error(response, base)
         return response, None
@@ -219,8 +232,14 @@ class Client:
         context manager, the caller reads its lines."""
         with self._lock:
             base = self.urls[self._preferred]
+            if self._http is None:
+                # directly, as every call goes (no proxy from the environment)
+                self._http = httpx.Client(
+                    headers=self.headers(), verify=self.verify, trust_env=False
+                )
+            streams = self._http
         timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT)
-        return self._http.stream("GET", base + path, headers=headers, timeout=timeout)
+        return streams.stream("GET", base + path, headers=headers, timeout=timeout)
 
 
 # the gateway's error types (the "type" of its answer) as plunder's errors
@@ -265,9 +284,16 @@ def error_of(status: int, data: Any, where: str) -> Exception:
     return cls(message)
 
 
-def _error(response: httpx.Response, base: str) -> Exception:
+def _error(response: Answer, base: str) -> Exception:
     try:
         data = response.json()
     except ValueError:
         data = None
-    return error_of(response.status_code, data, base)
+    return error_of(response.status, data, base)
+
+
+def _text(value: Any) -> str:
+    """A query parameter's text, as httpx wrote it."""
+    if value is True or value is False:
+        return "true" if value else "false"
+    return "" if value is None else str(value)

@@ -38,24 +38,20 @@ from __future__ import annotations
 import collections
 import http.client
 import json
-import select
 import socket
-import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 from plunder import errors, policy, wire_exchange
 from plunder.model import AckResult, Completion, JobRecord
 from plunder.protocol import ClaimRequest, Reply
 from plunder.store.http.client import CONNECT_TIMEOUT, Client, error_of
+from plunder.store.http.lines import IDLE, connect, readable, tls_context
 
 DEPTH = 2  # turns in flight at most, each on its own connection (decision 0009)
-IDLE = 2.0  # seconds a kept connection may idle before it is dropped (uvicorn: 5)
 REST = policy.BUSY_INTERVAL  # seconds without turns sent ahead after one failed
 GONE = 410  # the session is gone: the exchange did nothing
 
@@ -133,7 +129,7 @@ class HttpPipe:
         self.client = client
         self._depth = depth
         self._headers = {**client.headers(), "Content-Type": "application/json"}
-        self._context = _tls_context(client.verify)
+        self._context = tls_context(client.verify)
         self._idle: list[_Line] = []  # kept connections, none with a turn in flight
         self._flights: collections.deque[_Flight] = collections.deque()
         self._rest_until = 0.0  # time.monotonic() before which no turn is sent
@@ -173,7 +169,7 @@ class HttpPipe:
         if not self._flights:
             return False
         sock = self._flights[0].line.conn.sock
-        return sock is None or _readable(sock)
+        return sock is None or readable(sock)
 
     def ready(self, *, queues: Sequence[str], tasks: Sequence[str]) -> int:
         """Nothing to prepare at a gateway: connections are made by the first turns."""
@@ -306,7 +302,7 @@ class HttpPipe:
             line = self._idle.pop()
             sock = line.conn.sock
             fresh = line.base == base and now - line.used_at <= IDLE and sock is not None
-            if fresh and not _readable(sock):  # an idle connection is readable as it closes
+            if fresh and not readable(sock):  # an idle connection is readable as it closes
                 return line
             line.conn.close()
         return None
@@ -364,24 +360,3 @@ class HttpPipe:
         flights, self._flights = self._flights, collections.deque()
         for flight in flights:
             flight.line.conn.close()
-
-
-def connect(conn: http.client.HTTPConnection) -> None:
-    """Connect, with Nagle's algorithm off (as httpx does): http.client writes a request's
-    headers and its body in two sends, and the body would otherwise wait for the peer to
-    acknowledge the headers, which it may delay (40 ms on Linux, more elsewhere)."""
-    conn.connect()
-    conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-def _readable(sock: socket.socket) -> bool:
-    """Whether ``sock`` has something to read (or has been closed by the peer)."""
-    if isinstance(sock, ssl.SSLSocket) and sock.pending():
-        return True
-    readable, _, _ = select.select([sock], [], [], 0)
-    return bool(readable)
-
-
-def _tls_context(verify: bool | ssl.SSLContext) -> ssl.SSLContext:
-    """The Client's certificate checks (its ``verify``), as a context for http.client."""
-    return verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify)

@@ -98,9 +98,11 @@ def test_workers_divide_the_partitions_and_claim_their_own_first(
     for session in sessions:
         mine = [j for j in done if ran_by(store, j.id) == session]
         ran = sorted(mine, key=lambda j: j.started_at or j.created_at)
-        # each has ten of its own: its first runs are all of its own partitions
+        # each has ten of its own: its first runs are of its own partitions. The very first
+        # may be another's: an idle worker whose claim of its own partitions ran just
+        # before the enqueue committed steals with the claim that follows it (it was idle)
         firsts = [int(j.queue.split("~")[1]) for j in ran[:5]]
-        assert all(owner_of[p] == session for p in firsts), (session[:8], firsts, owners)
+        assert all(owner_of[p] == session for p in firsts[1:]), (session[:8], firsts, owners)
 
 
 def test_an_idle_worker_steals_from_a_busy_owner(store: Store, workers: Workers) -> None:

@@ -1007,7 +1007,10 @@ CROSS JOIN LATERAL (
     CROSS JOIN LATERAL (
         SELECT j.run_at FROM plunder_jobs AS j
         WHERE j.status = 'pending' AND j.queue = q.name AND j.priority = l.priority
-          AND j.task = ANY(%(tasks)s::text[]) AND (j.expires_at > clock.now) IS NOT FALSE
+          AND j.task = ANY(%(tasks)s::text[])
+          -- spelled out, not IS NOT FALSE: the planner then counts the many jobs with no
+          -- deadline, and walks the level in index order instead of sorting all of it
+          AND (j.expires_at IS NULL OR j.expires_at > clock.now)
         ORDER BY j.run_at, j.id
         LIMIT 1) AS first
     UNION ALL

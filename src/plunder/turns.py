@@ -46,6 +46,9 @@ MAX_DEPTH = 3  # turns in flight at most: with three shares the database has two
 ACK_LINGER = 0.002  # seconds a turn may wait for more results to send with it
 AHEAD_LINGER = 0.002  # seconds the next turn may wait for outcomes to free its slots
 AHEAD_POLL = 0.0005  # seconds between looks at the answer, while outcomes are awaited
+# How long the thread that sent an idle worker's claim waits for its answer before it
+# leaves the answer to the main loop (plunder.idle): that thread carries the heartbeat
+IDLE_ANSWER = 0.1
 # Where the link long-polls (a gateway): how long an idle worker's exchange that finds
 # nothing to claim waits there for work (a SIGTERM waits for it to end: keep it short)
 LONG_POLL = 2.0
@@ -77,9 +80,7 @@ class Turns:
         ``ownership``: the partitions owned, claimed from first (plunder.ownership)."""
         if not 1 <= depth <= MAX_DEPTH:
             raise errors.ConfigError(f"depth must be from 1 to {MAX_DEPTH}, not {depth!r}")
-        self.link = link
-        self.slots = slots
-        self.outbox = slots.outbox
+        self.link, self.slots, self.outbox = link, slots, slots.outbox
         self.queues, self.tasks = queues, tasks
         self._session, self._stopping, self._lost = session, stopping, lost
         self._given_up = given_up
@@ -93,6 +94,7 @@ class Turns:
         # it, recorded once it went out (see read; one per slot again)
         self.ack_batch = max(ACK_BATCH, 2 * slots.concurrency)
         self.more = False  # the last turn claimed all it asked for: more may wait
+        self.looked_again = False  # a job was due now, the claim took nothing: once more
         # the last turn completed a job with children, which its claim could not see
         self.children = False
         # a job due now was left by the last claim (it may cost more than a share: decision
@@ -155,9 +157,44 @@ class Turns:
         under it would only be lost again. A claim of the partitions owned that came back
         empty is followed at once by one from every partition (stealing)."""
         claimed = self._turn(free)
-        if claimed or not self.steal or free <= 0 or self.in_flight() or self._stopping():
-            return claimed
-        return self._turn(free)
+        if not (claimed or not self.steal or free <= 0 or self.in_flight() or self._stopping()):
+            claimed = self._turn(free)
+        if claimed:
+            self.looked_again = False
+        return claimed
+
+    def next_due(self) -> float | None:
+        """Seconds until the next delayed job of the worker's queues is due (the database
+        clock), read once a claim found nothing more: 0.0 (once) to claim again at once,
+        offering every free slot, where one is due now although that claim took nothing
+        (it came due in between, or cost more than the share a turn offers); None: none
+        is due later, or it could not be read."""
+        try:
+            due = self.link.next_due(self.request(0))
+        except errors.StoreError as exc:
+            log.warning("could not read the next due job: %s", exc)
+            due = None
+        if due is not None and due <= 0 and not self.looked_again:
+            self.looked_again = self.wide = True
+            return 0.0
+        # still due now and not claimed: locked by another worker, or left to those that
+        # did not fail it yet; a wake-up or the poll interval brings the loop back
+        self.looked_again = self.wide = due is not None and due <= 0
+        return due if due is not None and due > 0 else None
+
+    def claim_idle(self, free: int) -> bool:
+        """A claim of up to ``free`` jobs for the parked main loop (plunder.idle), from the
+        thread that heard of work, with nothing to send and no turn in flight: sent on
+        the pipe, and if its answer comes within IDLE_ANSWER, read and its jobs started
+        here. True: the loop need not claim again at once; False: it is to be woken, to
+        read the turn still in flight (under the call's deadline) or to claim itself (no
+        pipe, nothing taken, or the claim came back full)."""
+        if self.pipe is None or free <= 0 or self.in_flight() or self.outbox:
+            return False
+        if not self.send(free) or self.pipe is None or not self.pipe.answered(IDLE_ANSWER):
+            return False
+        claimed = self.read()
+        return bool(claimed) and not self.more and not self.in_flight()
 
     def _turn(self, free: int) -> int:
         self.children = False  # said again by this turn's answer, if it has one

@@ -39,6 +39,7 @@ from plunder.app import App
 from plunder.config import WorkerDeadlines
 from plunder.context import LinkSink, Sink
 from plunder.execution import stream_loop
+from plunder.idle import IdleClaims
 from plunder.janitor import Janitor, own_store
 from plunder.labels import Labels
 from plunder.liveness import Liveness
@@ -98,7 +99,6 @@ class Worker:
         # the session is being closed: gone to the heartbeat, and nothing to cut (a lost
         # session cuts the store's calls, and the store may serve other workers too)
         self._closing = False
-        self._looked_again = False  # a job was due now, our claim took nothing: once more
         self._stream_wake = threading.Event()
         sink: Sink = self.store if self.store is not None else LinkSink(self.link)
         get, wake = app.registry.get, self._stream_wake.set
@@ -133,7 +133,7 @@ class Worker:
 
     def _make_turns(self) -> Turns:
         self._ownership = Ownership()  # the partitions the session owns, as beats hear
-        return Turns(
+        turns = Turns(
             self.link,
             self._slots,
             depth=self.options.depth,
@@ -148,6 +148,9 @@ class Worker:
             pause=lambda: self._stop.wait(min(self.settings.poll_interval, RECONNECT_CAP)),
             ownership=self._ownership,
         )
+        # claims for the idle main loop, by the thread that hears of work (plunder.idle)
+        self._idle = IdleClaims(lambda: turns.claim_idle(self._free_slots()), self._slots.next_due)
+        return turns
 
     def _make_liveness(self) -> Liveness:
         return Liveness(
@@ -309,15 +312,29 @@ class Worker:
 
     def _wake(self) -> None:
         """From the hub thread: work may have appeared in one of our queues."""
-        if not self._services_stop.is_set():  # a stopped worker's queue is read no more
-            self._slots.outcomes.put(Wake())
+        if self._services_stop.is_set():  # a stopped worker's queue is read no more
+            return
+        wake = True
+        try:  # an idle main loop is claimed for, and sleeps on (plunder.idle)
+            wake = self._idle.woken()
+        finally:  # woken also if that raised (the hub logs it)
+            if wake:
+                self._slots.outcomes.put(Wake())
 
     # -- one turn of the loop -------------------------------------------------------------
     def step(self) -> None:
         """Take in what finished, stop what ran past its deadline, then one turn: the
         results out, as many jobs in as slots are free. Wait only with nothing to do."""
+        with self._idle.step():
+            wait = self._step()
+        if wait is not None:
+            self._slots.collect(block=True, timeout=wait)
+
+    def _step(self) -> float | None:
+        """A step but its wait: how long to wait (None: step again at once)."""
         if self._session_lost.is_set():
-            self._renew_session()
+            self._abandon_session("Opening a new session.")
+            self._open_session()
         self._membership.follow(self.link, self.session)
         slots, turns = self._slots, self._turns
         slots.collect(block=False)
@@ -325,16 +342,17 @@ class Worker:
             turns.linger()
         slots.enforce_deadlines()
         self._give_back_unknown()
-        free = 0 if self._stop.is_set() or not self.queues else slots.concurrency - slots.busy()
-        if turns.turn(free):
-            self._looked_again = False
-            if turns.more:
-                return  # the claim came back full: more work may wait right now
+        free = 0 if self._stop.is_set() or not self.queues else slots.free()
+        if turns.turn(free) and turns.more:
+            return None  # the claim came back full: more work may wait right now
         if turns.children and free:
-            return  # it completed parents: their children may be pending now, claim them
+            return None  # it completed parents: their children may be pending now
         if turns.in_flight() or slots.outbox:
-            return  # the next turn is on its way, or results came in after this one
-        slots.collect(block=True, timeout=self._wait_time())
+            return None  # the next turn is on its way, or results came in after this one
+        wait = self._wait_time()
+        if wait > 0 and self.store is not None and not slots.busy() and not self._stop.is_set():
+            self._idle.park(wait)  # the hub thread claims, hearing of work (plunder.idle)
+        return wait
 
     def _wait_time(self) -> float:
         """Until an outcome or a wake-up arrives, but no longer than the poll interval, the
@@ -347,22 +365,9 @@ class Worker:
         if free and self.link.long_polls and not self._slots.busy():
             return 0.0  # the exchange itself waits for work, at the far end
         if free and not self.link.long_polls:  # else the waker reads it (plunder.waker)
-            try:
-                due = self.link.next_due(self._turns.request(0))
-            except errors.StoreError as exc:
-                log.warning("could not read the next due job: %s", exc)
-                due = None
-            if due is not None and due <= 0 and not self._looked_again:
-                # due now, though the claim just before took nothing: it may have come due
-                # in between, or cost more than the share a turn offers: claim once more at
-                # once, offering every free slot
-                self._looked_again = self._turns.wide = True
-                return 0.0
-            self._looked_again = self._turns.wide = due is not None and due <= 0
-            if due is not None and due > 0:  # a delayed job or retry: wake when it is due
-                wait = min(wait, max(due, MIN_WAIT))
-            # still due now and not claimed: locked by another worker or left to the others
-            # that did not fail it yet; a wake-up or the poll interval brings us back
+            due = self._turns.next_due()
+            if due is not None:  # 0.0: claim again at once; else a delayed job or retry
+                wait = 0.0 if due == 0.0 else min(wait, max(due, MIN_WAIT))
         due = min(self._slots.next_due(), self._membership.next_due())
         return min(wait, max(0.0, due - time.monotonic()))
 
@@ -398,10 +403,6 @@ class Worker:
         if cut:
             log.warning("gave up %d database calls in flight", cut)
         self._slots.outcomes.put(Wake())
-
-    def _renew_session(self) -> None:
-        self._abandon_session("Opening a new session.")
-        self._open_session()
 
     def _abandon_session(self, then: str) -> None:
         """The session is lost: stop its tasks, drop its results (the store would refuse
@@ -448,6 +449,7 @@ class Worker:
     def _close(self) -> None:
         """Stop what still runs (past the grace period, or a turn raised), write the
         results on their way, and close the session, which releases its jobs at once."""
+        self._idle.close()  # before the turns: the hub thread sends none now
         self._services_stop.set()
         self._stream_wake.set()  # the streamer may sleep, with nothing running
         self._admitter.wake()

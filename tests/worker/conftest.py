@@ -104,7 +104,9 @@ def session_of(store: Store, pid: int) -> str | None:
 
 
 @contextmanager
-def worker_in_thread(url: str, concurrency: int = 4) -> Iterator[Worker]:
+def worker_in_thread(
+    url: str, concurrency: int = 4, *, poll_interval: float = 0.05
+) -> Iterator[Worker]:
     """A worker for tests.worker.tasks on a thread of this process, with fast intervals."""
     from tests.worker import tasks
 
@@ -112,7 +114,7 @@ def worker_in_thread(url: str, concurrency: int = 4) -> Iterator[Worker]:
         url=url,
         heartbeat_interval=0.1,
         session_expiry=1.0,
-        poll_interval=0.05,
+        poll_interval=poll_interval,
         janitor_interval=0.1,
     )
     running = Worker(tasks.app, WorkerOptions(concurrency=concurrency))

@@ -129,8 +129,8 @@ class PausedPipe:
     def completions(self) -> list[Completion]:
         return self.pipe.completions()
 
-    def answered(self) -> bool:
-        return self.pipe.answered()
+    def answered(self, timeout: float = 0.0) -> bool:
+        return self.pipe.answered(timeout)
 
     def ready(self, *, queues: Sequence[str], tasks: Sequence[str]) -> int:
         return self.pipe.ready(queues=queues, tasks=tasks)

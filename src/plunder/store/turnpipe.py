@@ -84,8 +84,9 @@ class TurnPipe(Protocol):
         """The completions of the turns in flight, oldest first."""
         ...
 
-    def answered(self) -> bool:
-        """Whether the oldest turn's answer has come back (``receive`` would not wait)."""
+    def answered(self, timeout: float = 0.0) -> bool:
+        """Whether the oldest turn's answer has come back (``receive`` would not wait),
+        waiting ``timeout`` seconds at most."""
         ...
 
     def ready(self, *, queues: Sequence[str], tasks: Sequence[str]) -> int:

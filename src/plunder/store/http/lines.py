@@ -198,11 +198,12 @@ def connect(conn: http.client.HTTPConnection) -> None:
     conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def readable(sock: socket.socket) -> bool:
-    """Whether ``sock`` has something to read (or has been closed by the peer)."""
+def readable(sock: socket.socket, timeout: float = 0.0) -> bool:
+    """Whether ``sock`` has something to read (or has been closed by the peer), waiting
+    ``timeout`` seconds at most."""
     if isinstance(sock, ssl.SSLSocket) and sock.pending():
         return True
-    ready, _, _ = select.select([sock], [], [], 0)
+    ready, _, _ = select.select([sock], [], [], timeout)
     return bool(ready)
 
 

@@ -163,13 +163,13 @@ class HttpPipe:
         """The completions of the turns in flight, oldest first."""
         return [c for f in self._flights for c in f.completions]
 
-    def answered(self) -> bool:
-        """Whether the oldest turn's answer has begun to come back. False with none in
-        flight."""
+    def answered(self, timeout: float = 0.0) -> bool:
+        """Whether the oldest turn's answer has begun to come back, waiting ``timeout``
+        seconds at most. False with none in flight."""
         if not self._flights:
             return False
         sock = self._flights[0].line.conn.sock
-        return sock is None or readable(sock)
+        return sock is None or readable(sock, timeout)
 
     def ready(self, *, queues: Sequence[str], tasks: Sequence[str]) -> int:
         """Nothing to prepare at a gateway: connections are made by the first turns."""

@@ -157,12 +157,13 @@ class Wire:
             elif status != _ST.COMMAND_OK:
                 raise error_of(result, self.encoding)
 
-    def answered(self) -> bool:
-        """Whether a result has (begun to) come back: reading one would not wait."""
+    def answered(self, timeout: float = 0.0) -> bool:
+        """Whether a result has (begun to) come back, waiting ``timeout`` seconds at most:
+        reading one would not wait."""
         pgconn = self.pgconn
         if not pgconn.is_busy():
             return True
-        return ready(pgconn.socket, timeout=0.0)[0]
+        return ready(pgconn.socket, timeout=timeout)[0]
 
     def leave(self) -> bool:
         """End pipeline mode (nothing may be in flight); False if libpq refused."""

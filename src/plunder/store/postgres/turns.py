@@ -237,13 +237,14 @@ class TurnPipe:
         """The completions of the turns in flight, oldest first."""
         return [c for f in self._flights for c, _ in f.plain]
 
-    def answered(self) -> bool:
-        """Whether the oldest turn in flight has (begun to) come back: ``receive`` would
-        not wait for the database. False with none in flight."""
+    def answered(self, timeout: float = 0.0) -> bool:
+        """Whether the oldest turn in flight has (begun to) come back, waiting ``timeout``
+        seconds at most: ``receive`` would not wait for the database. False with none in
+        flight."""
         if not self._flights or self._wire is None:
             return False
         try:
-            return self._wire.answered()
+            return self._wire.answered(timeout)
         except (OSError, ValueError, psycopg.Error):
             return True  # broken: receive says how
 

@@ -74,6 +74,10 @@ class SqliteDriver:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._all: list[sqlite3.Connection] = []
+        # connections in use by their thread (how many times over), and those close()
+        # left to be closed by that thread once done with them
+        self._using: dict[sqlite3.Connection, int] = {}
+        self._closing: set[sqlite3.Connection] = set()
         self._pid = os.getpid()
 
     def connection(self) -> sqlite3.Connection:
@@ -155,18 +159,42 @@ class SqliteDriver:
 
     @contextmanager
     def transaction(self, *, write: bool, single: bool = False) -> Iterator[SqliteTx]:
-        conn = self.connection()
-        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        with self._used() as conn:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield SqliteTx(conn, self.queries)
+                # COMMIT can fail and leave the transaction open (a deferred foreign key of
+                # the caller's own writes, BUSY, a full disk): roll back, or this thread's
+                # connection keeps the write lock and every later transaction on it fails.
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    @contextmanager
+    def _used(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection, for a while: a close() meanwhile (from another thread:
+        a halted worker's store closes while its janitor still ends its lease) closes it
+        once this thread is done with it, not under it, which could crash the process."""
+        while True:
+            conn = self.connection()
+            with self._lock:
+                if conn in self._all:  # else closed since: this thread opens another
+                    self._using[conn] = self._using.get(conn, 0) + 1
+                    break
         try:
-            yield SqliteTx(conn, self.queries)
-            # COMMIT can fail and leave the transaction open (a deferred foreign key of the
-            # caller's own writes, BUSY, a full disk): roll back, or this thread's connection
-            # keeps the write lock and every later transaction on it fails.
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+            yield conn
+        finally:
+            with self._lock:
+                left = self._using.pop(conn) - 1
+                if left:
+                    self._using[conn] = left
+                doomed = not left and conn in self._closing
+                if doomed:
+                    self._closing.discard(conn)
+            if doomed:
+                conn.close()
 
     @contextmanager
     def transaction_on(self, conn: Any) -> Iterator[SqliteTx]:
@@ -337,8 +365,11 @@ class SqliteDriver:
         with self._lock:
             connections, self._all = self._all, []
             self._local = threading.local()
+            used = {conn for conn in connections if conn in self._using}
+            self._closing |= used  # closed by their threads, once done (see _used)
         for conn in connections:
-            conn.close()
+            if conn not in used:
+                conn.close()
 
 
 def _walk(tx: Tx, queue: str, limit: int, walk: dict[str, Any]) -> list[Row]:

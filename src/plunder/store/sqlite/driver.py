@@ -159,18 +159,9 @@ class SqliteDriver:
 
     @contextmanager
     def transaction(self, *, write: bool, single: bool = False) -> Iterator[SqliteTx]:
-        with self._used() as conn:
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                yield SqliteTx(conn, self.queries)
-                # COMMIT can fail and leave the transaction open (a deferred foreign key of
-                # the caller's own writes, BUSY, a full disk): roll back, or this thread's
-                # connection keeps the write lock and every later transaction on it fails.
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+        begin = "BEGIN IMMEDIATE" if write else "BEGIN"
+        with self._used() as conn, _committed(conn, begin, SqliteTx(conn, self.queries)) as tx:
+            yield tx
 
     @contextmanager
     def _used(self) -> Iterator[sqlite3.Connection]:
@@ -198,15 +189,8 @@ class SqliteDriver:
 
     @contextmanager
     def transaction_on(self, conn: Any) -> Iterator[SqliteTx]:
-        tx = self._caller_tx(conn)
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with _committed(conn, "BEGIN IMMEDIATE", self._caller_tx(conn)) as tx:
             yield tx
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
 
     @contextmanager
     def joined(self, conn: Any) -> Iterator[SqliteTx]:
@@ -370,6 +354,22 @@ class SqliteDriver:
         for conn in connections:
             if conn not in used:
                 conn.close()
+
+
+@contextmanager
+def _committed(conn: Any, begin: str, tx: SqliteTx) -> Iterator[SqliteTx]:
+    """``tx``, in a transaction on ``conn`` that ``begin`` starts: committed at the end, or
+    rolled back. COMMIT can fail and leave the transaction open (a deferred foreign key of
+    the caller's own writes, BUSY, a full disk): rolled back then too, or the connection
+    keeps the write lock and every later transaction on it fails."""
+    conn.execute(begin)
+    try:
+        yield tx
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 def _walk(tx: Tx, queue: str, limit: int, walk: dict[str, Any]) -> list[Row]:

@@ -231,7 +231,7 @@ picked AS (
               AND (j.run_at, j.id) >= (l.run_at, l.id)
               AND j.run_at <= clock.now
               -- not past its start-by deadline (NULL: none)
-              AND (j.expires_at > clock.now) IS NOT FALSE
+              AND (j.expires_at IS NULL OR j.expires_at > clock.now)
               AND j.task = ANY(%(tasks)s::text[])
               AND (j.losses < %(suspect_losses)s OR %(take_suspect)s)
               AND NOT (j.failed_sessions <> '{}' AND %(session_id)s = ANY(j.failed_sessions)
@@ -258,7 +258,7 @@ picked AS (
               AND j.priority < b.below
               AND j.run_at <= clock.now
               -- not past its start-by deadline (NULL: none)
-              AND (j.expires_at > clock.now) IS NOT FALSE
+              AND (j.expires_at IS NULL OR j.expires_at > clock.now)
               AND j.task = ANY(%(tasks)s::text[])
               AND (j.losses < %(suspect_losses)s OR %(take_suspect)s)
               AND NOT (j.failed_sessions <> '{}' AND %(session_id)s = ANY(j.failed_sessions)
@@ -1018,7 +1018,7 @@ CROSS JOIN LATERAL (
                                HAVING count(*) = %(levels)s::int) AS b
     JOIN plunder_jobs AS j
       ON j.status = 'pending' AND j.queue = q.name AND j.priority < b.below
-         AND j.task = ANY(%(tasks)s::text[]) AND (j.expires_at > clock.now) IS NOT FALSE
+         AND j.task = ANY(%(tasks)s::text[]) AND (j.expires_at IS NULL OR j.expires_at > clock.now)
 ) AS d;
 
 -- name: job_table_pages
@@ -1318,7 +1318,7 @@ WHERE j.status = 'pending'
        OR (-j.priority, j.run_at, j.id)
           > (-%(after_priority)s::int, %(after_run_at)s::timestamptz, %(after_id)s::bigint))
   -- not past its start-by deadline (NULL: none)
-  AND (j.expires_at > clock.now) IS NOT FALSE
+  AND (j.expires_at IS NULL OR j.expires_at > clock.now)
   AND j.task = ANY(%(tasks)s::text[])
   AND (j.losses < %(suspect_losses)s OR %(take_suspect)s)
   AND (j.affinity IS NULL OR j.affinity::text[] <@ (SELECT labels FROM m)
@@ -1349,7 +1349,7 @@ FROM clock,
                                                          statement_timestamp())) AS me
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.status = 'pending'
-  AND (j.expires_at > clock.now) IS NOT FALSE
+  AND (j.expires_at IS NULL OR j.expires_at > clock.now)
 RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.status, j.attempt,
           j.max_attempts, j.timeout, j.backoff_base, j.backoff_cap, j.retry_on_timeout, j.key,
           j.run_at, j.created_at, j.started_at, j.finished_at, j.deadline_at, j.session_id,

@@ -34,6 +34,7 @@ from typing import Any
 
 from plunder import affinity, errors, tally, tracing
 from plunder.acker import ACK_BATCH, Acker
+from plunder.idle import Idle
 from plunder.model import AckResult, Completion, Failure, Session
 from plunder.ownership import Ownership
 from plunder.protocol import ClaimRequest, Outcome, WorkerProtocol
@@ -55,6 +56,8 @@ LONG_POLL = 2.0
 
 
 class Turns:
+    read_failed = False  # the last turn read raised: its answer was never seen
+
     def __init__(
         self,
         link: WorkerProtocol,
@@ -182,19 +185,21 @@ class Turns:
         self.looked_again = self.wide = due is not None and due <= 0
         return due if due is not None and due > 0 else None
 
-    def claim_idle(self, free: int) -> bool:
+    def claim_idle(self, free: int) -> Idle:
         """A claim of up to ``free`` jobs for the parked main loop (plunder.idle), from the
         thread that heard of work, with nothing to send and no turn in flight: sent on
         the pipe, and if its answer comes within IDLE_ANSWER, read and its jobs started
-        here. True: the loop need not claim again at once; False: it is to be woken, to
-        read the turn still in flight (under the call's deadline) or to claim itself (no
-        pipe, nothing taken, or the claim came back full)."""
+        here. What the loop is to do (plunder.idle.Idle): a claim not made or not read
+        (no pipe, a late answer, a failure), one that came back full, or one of the
+        partitions owned that came back empty (the next steals) leave it to claim."""
         if self.pipe is None or free <= 0 or self.in_flight() or self.outbox:
-            return False
+            return Idle.CLAIM
         if not self.send(free) or self.pipe is None or not self.pipe.answered(IDLE_ANSWER):
-            return False
+            return Idle.CLAIM
         claimed = self.read()
-        return bool(claimed) and not self.more and not self.in_flight()
+        if self.read_failed or self.more or self.steal or self.in_flight():
+            return Idle.CLAIM
+        return Idle.SETTLED if claimed else Idle.EMPTY
 
     def _turn(self, free: int) -> int:
         self.children = False  # said again by this turn's answer, if it has one
@@ -378,11 +383,13 @@ class Turns:
         if pipe is None or not pipe.in_flight:  # that send failed: none is in flight now
             return 0
         in_flight = pipe.completions()
+        self.read_failed = False
         try:
             answer = pipe.receive()
         except errors.StoreError as exc:  # sent again, the ordinary way if need be
             log.warning("a turn failed (%s); its results go out with the next", exc)
             self.outbox.completions[:0] = in_flight
+            self.read_failed = True
             return 0
         self.more = answer.claimed == answer.limit
         self.children = answer.children and not pipe.in_flight  # one in flight sees them

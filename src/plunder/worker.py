@@ -325,13 +325,13 @@ class Worker:
     def step(self) -> None:
         """Take in what finished, stop what ran past its deadline, then one turn: the
         results out, as many jobs in as slots are free. Wait only with nothing to do."""
-        with self._idle.step():
-            wait = self._step()
+        with self._idle.step() as claimed:
+            wait = self._step(claimed)
         if wait is not None:
             self._slots.collect(block=True, timeout=wait)
 
-    def _step(self) -> float | None:
-        """A step but its wait: how long to wait (None: step again at once)."""
+    def _step(self, claimed: bool) -> float | None:
+        """A step but its wait (None: step again at once). ``claimed``: see IdleClaims.step."""
         if self._session_lost.is_set():
             self._abandon_session("Opening a new session.")
             self._open_session()
@@ -342,7 +342,7 @@ class Worker:
             turns.linger()
         slots.enforce_deadlines()
         self._give_back_unknown()
-        free = 0 if self._stop.is_set() or not self.queues else slots.free()
+        free = 0 if self._stop.is_set() or not self.queues or claimed else slots.free()
         if turns.turn(free) and turns.more:
             return None  # the claim came back full: more work may wait right now
         if turns.children and free:

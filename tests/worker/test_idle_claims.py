@@ -49,3 +49,15 @@ def test_a_stopping_worker_claims_nothing(store_url: str) -> None:
         time.sleep(0.5)
         assert worker.stats["claimed"] == 0
         assert job.refresh().status == "pending"
+
+
+def test_a_delayed_job_heard_of_while_idle_starts_when_due(store_url: str) -> None:
+    """The claim made for the idle loop finds the job not due yet: the loop, woken, reads
+    when it is due and wakes then, not at the next poll."""
+    with worker_in_thread(store_url, poll_interval=SLOW_POLL) as worker:
+        wait_for(lambda: worker._idle._parked, what="the main loop to wait idle")
+        sent = time.monotonic()
+        job = tasks.add.options(delay=1.0).enqueue(20, 22)
+        assert job.result(timeout=SLOW_POLL / 2) == 42
+        assert 0.9 < time.monotonic() - sent < SLOW_POLL / 2
+        assert worker._idle.claims >= 1

@@ -29,10 +29,13 @@ def test_sigkill_jobs_are_rescued_within_expiry_and_janitor_interval(
     victim = workers.start("-c", "4")
     sid = wait_for(lambda: session_of(store, victim.pid), what="victim session")
     assert isinstance(sid, str)
-    jobs = store.job_enqueue_many([JobSpec("sleepy", [1.5], max_attempts=3) for _ in range(4)])
+    # long enough to outlast the rescuer's start (seconds on a loaded machine): a job that
+    # finished before the kill has nothing to be rescued from
+    jobs = store.job_enqueue_many([JobSpec("sleepy", [6.0], max_attempts=3) for _ in range(4)])
     wait_for(lambda: len(_running_on(store, sid)) == 4, what="victim holds the jobs")
     rescuer = workers.start("-c", "4")
     wait_for(lambda: session_of(store, rescuer.pid), what="rescuer session")
+    assert len(_running_on(store, sid)) == 4, "the jobs ended before the rescuer started"
     victim.send_signal(signal.SIGKILL)
     killed = time.time()
     victim.wait()

@@ -402,8 +402,8 @@ class Turns:
         if not first:
             claimed = self._started(answer.jobs())
         self._settle(answer)
-        if self.pipe is not None and not self.pipe.in_flight:  # not busy: the pipe's
-            self.pipe.close()  # connection goes back to the pool
+        if self.pipe is not None and not self.pipe.in_flight:  # not busy: its connection
+            self.pipe.rest()  # is kept, for the next claim to go out at once
         return claimed
 
     def _send_next(self, answer: Any, *, started: bool) -> None:

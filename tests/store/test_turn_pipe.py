@@ -87,6 +87,32 @@ def test_turns_through_the_pipe_complete_and_claim_in_order(store: Store, pipe: 
         assert done.status == Status.SUCCEEDED and done.result == {"job": job.id}
 
 
+def test_a_resting_pipe_keeps_its_connection_for_the_next_claim(
+    store: Store, pipe: TurnPipe
+) -> None:
+    """Nothing in flight, the worker idle: the pipe keeps its connection, in pipeline mode,
+    so that the next claim goes out at once (no pool checkout, no mode to enter); close()
+    gives it back. One job claimed alone comes back whole."""
+    pool = store.driver.pool()  # type: ignore[attr-defined]
+    session = open_session(store)
+    store.job_enqueue_many([JobSpec("t", [0], kwargs={"k": "v"}, priority=3)])
+    send(pipe, session, [], limit=4)
+    answer = pipe.receive()
+    pipe.rest()
+    held = pool.get_stats()["pool_available"]
+    (job,) = answer.jobs()
+    assert (job.args, job.kwargs, job.priority, job.attempt) == ([0], {"k": "v"}, 3, 1)
+    store.job_enqueue_many([JobSpec("t", [1])])
+    send(pipe, session, [job.claim], limit=4)
+    answer = pipe.receive()
+    assert [j.args for j in answer.jobs()] == [[1]]
+    assert answer.settle().accepted == (job.claim,)
+    pipe.rest()
+    assert pool.get_stats()["pool_available"] == held
+    pipe.close()
+    assert pool.get_stats()["pool_available"] == held + 1
+
+
 def test_a_turn_commits_before_its_answer_is_read(
     store: Store, store_url: str, pipe: TurnPipe
 ) -> None:

@@ -132,6 +132,9 @@ class PausedPipe:
     def answered(self, timeout: float = 0.0) -> bool:
         return self.pipe.answered(timeout)
 
+    def rest(self) -> None:
+        self.pipe.rest()
+
     def ready(self, *, queues: Sequence[str], tasks: Sequence[str]) -> int:
         return self.pipe.ready(queues=queues, tasks=tasks)
 

@@ -119,6 +119,11 @@ class TurnPipe(Protocol):
         whether it committed is unknown, and no turn is in flight (as after ``send``)."""
         ...
 
+    def rest(self) -> None:
+        """No turn is in flight, and the worker may wait a while: let go of what should not
+        be held meanwhile. Its connection is kept for the next claim."""
+        ...
+
     def close(self) -> list[Completion]:
         """Give its connection back; the turns still in flight are never read, and their
         completions are returned, to be sent again."""

@@ -239,16 +239,20 @@ class HttpPipe:
         self._fail()
         raise error_of(status, data, line.base)
 
+    def rest(self) -> None:
+        """Kept connections stay for the next turns, but those idle too long."""
+        now = time.monotonic()
+        for line in [x for x in self._idle if now - x.used_at > IDLE]:
+            self._idle.remove(line)
+            line.conn.close()
+
     def close(self) -> list[Completion]:
         """The turns in flight are never read (their connections are closed); their
         completions are returned, to be sent again. Kept connections stay for the next
         turns, but those idle too long."""
         unread = self.completions()
         self._drop()
-        now = time.monotonic()
-        for line in [x for x in self._idle if now - x.used_at > IDLE]:
-            self._idle.remove(line)
-            line.conn.close()
+        self.rest()
         return unread
 
     def release(self) -> None:

@@ -219,6 +219,9 @@ class Shape:
         """The result's rows as Python values, read column by column. A value every row
         shares (a claim's queue, task, start) is loaded once."""
         count, get = result.ntuples, result.get_value
+        if count == 1:  # an idle worker's claim, most often: the row as it is
+            return [tuple(None if (v := get(0, c)) is None else load(v)
+                          for c, load in enumerate(self.loads))]  # fmt: skip
         columns: list[Sequence[Any]] = []
         for column, load in enumerate(self.loads):
             raw = list(map(get, range(count), repeat(column, count)))

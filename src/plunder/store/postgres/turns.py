@@ -405,6 +405,11 @@ class TurnPipe:
             children=children,
         )
 
+    def rest(self) -> None:
+        """Nothing to let go: the connection stays in pipeline mode, so that the next claim
+        (an idle worker's, sent by the thread that heard of work: plunder.idle) goes out
+        without taking one from the pool and entering the mode again."""
+
     def close(self, *, discard: bool = False) -> list[Completion]:
         """Give the connection back to the pool: closed first if a turn is in flight (its
         answer is never read), ``discard``, or it cannot leave pipeline mode. The

@@ -26,7 +26,7 @@ class WorkerOptions:
     labels: tuple[str, ...] | Mapping[str, str] = ()
     pool: str | None = None  # "process" runs every plain-function task in a process
     # turns in flight at most (plunder.turns): 1, one at a time; more where the link has
-    # a pipe (PostgreSQL), on a connection the worker holds while busy
+    # a pipe (PostgreSQL), on a connection the worker holds, idle or busy
     depth: int = MAX_DEPTH
 
     @property

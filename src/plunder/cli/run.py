@@ -96,7 +96,7 @@ def interval_options(fn: F) -> F:
     show_default=True,
     help="Turns (results out, a claim in) in flight at most. Above 1, on PostgreSQL, a busy "
     "worker sends its next turns while it starts the jobs of the last, on a connection it "
-    "holds while busy (3 connections per worker instead of 2); each turn claims up to a "
+    "holds, idle or busy (3 connections per worker instead of 2); each turn claims up to a "
     "1/depth share of the slots (-c 300: batches of 100). SQLite makes one at a time.",
 )
 @click.option(

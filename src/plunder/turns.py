@@ -160,7 +160,7 @@ class Turns:
         under it would only be lost again. A claim of the partitions owned that came back
         empty is followed at once by one from every partition (stealing)."""
         claimed = self._turn(free)
-        if not (claimed or not self.steal or free <= 0 or self.in_flight() or self._stopping()):
+        if not claimed and self.steal and free > 0 and not (self.in_flight() or self._stopping()):
             claimed = self._turn(free)
         if claimed:
             self.looked_again = False
